@@ -1,0 +1,1 @@
+"""Benchmarks: performance targets reported as ratios measured side by side."""

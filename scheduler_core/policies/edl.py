@@ -1,0 +1,400 @@
+"""Policy ``edl``: PaddlePaddle EDL's cluster-fair planner, with its defects fixed.
+
+EDL (``pkg/autoscaler``) dry-runs every elastic job in rounds until nothing
+changes. Each round sorts the candidate jobs by fulfillment
+``(planned - min) / (max - min)``, walks them from least to most fulfilled
+trying one more replica each, then from most to least fulfilled shrinking one
+replica where the cluster is over its load cap.
+
+Fixed here, each marked ``fix:`` where it is implemented:
+
+* ties are broken by GPU limit, CPU request, memory request, then name (the
+  reference compared one job's memory with itself);
+* the node fit checks GPUs as well as CPU and memory, and picks the best-fit
+  node deterministically (the reference took the first node in Go map order);
+* scale-up and scale-down use one cap, ``floor(max_load_desired x total)``,
+  for CPU, memory and GPU alike (the reference let GPU limits grow to the
+  whole cluster and then trimmed them back to the cap, forever);
+* a job is shrunk for an over-cap resource only if it holds some of that
+  resource, and a job that holds none of it is not blocked by it (otherwise
+  a CPU-only job would shrink and regrow every round while GPUs are over cap).
+
+The planner is fast because most work is skipped, never changed: once a job
+fails to grow, it cannot grow later in the same plan unless a shrink freed
+capacity, so only jobs that grew in the last round are revisited
+(``bench/planner.py`` checks the plans against a literal port of the
+reference loop).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import ClassVar
+
+from scheduler_core.models import (
+    ClusterResource,
+    ElasticJob,
+    JobPhase,
+    Reason,
+    ScalingDecision,
+    ScalingPlan,
+)
+from scheduler_core.policies.base import EmptyState, LoadCap, PolicyInput, PolicyResult
+
+# Why a job could not grow, in the order the checks run.
+AT_MAX = "at_max"
+MEMORY_FREE = "memory_free"
+MEMORY_CAP = "memory_cap"
+NO_NODE_FITS = "no_node_fits"
+CPU_CAP = "cpu_cap"
+GPU_CAP = "gpu_cap"
+
+
+class EdlParams(LoadCap):
+    """EDL's options: ``WithMaxLoadDesired`` (command-line default 0.97)."""
+
+
+@dataclass(slots=True)
+class _Job:
+    """A candidate job's numbers, flattened for the hot loop."""
+
+    key: str
+    min: int
+    max: int
+    current: int
+    cpu: int
+    mem: int
+    gpu_limit: int
+    gpu_need: int
+    planned: int = 0
+    ups: int = 0
+    downs: int = 0
+    blocked: str | None = None
+    down_rules: list[str] = field(default_factory=list)
+    placements: dict[str, int] = field(default_factory=dict)
+
+    order: tuple[float, int, int, int, str] = (0.0, 0, 0, 0, "")
+
+    def __post_init__(self) -> None:
+        self.refresh_order()
+
+    def refresh_order(self) -> None:
+        """The sort key: fulfillment, then the tie-breaks.
+
+        fix: EDL compared a job's memory request with its own; compare both jobs.
+        """
+        span = self.max - self.min
+        fulfillment = 1.0 if span == 0 else (self.planned - self.min) / span
+        self.order = (fulfillment, self.gpu_limit, self.cpu, self.mem, self.key)
+
+
+@dataclass
+class _Totals:
+    """Cluster-wide requests and limits, and the caps they must stay under."""
+
+    cpu_request: int
+    mem_request: int
+    gpu_limit: int
+    mem_total: int
+    cpu_cap: int
+    mem_cap: int
+    gpu_cap: int
+
+    def over_cap_held_by(self, job: _Job) -> str | None:
+        """The over-cap resource this job holds some of, if any."""
+        if job.gpu_limit > 0 and self.gpu_limit > self.gpu_cap:
+            return GPU_CAP
+        if job.cpu > 0 and self.cpu_request > self.cpu_cap:
+            return CPU_CAP
+        if job.mem > 0 and self.mem_request > self.mem_cap:
+            return MEMORY_CAP
+        return None
+
+    def any_over_cap(self) -> bool:
+        return (
+            self.gpu_limit > self.gpu_cap
+            or self.cpu_request > self.cpu_cap
+            or self.mem_request > self.mem_cap
+        )
+
+    def numbers(self, limit: str) -> dict[str, float | int | str | None]:
+        """The cluster numbers behind a limit, for a decision's reason."""
+        if limit == CPU_CAP:
+            return {"cluster_cpu_request_milli": self.cpu_request, "cpu_cap_milli": self.cpu_cap}
+        if limit == GPU_CAP:
+            return {"cluster_gpu_limit": self.gpu_limit, "gpu_cap": self.gpu_cap}
+        if limit in (MEMORY_CAP, MEMORY_FREE):
+            return {
+                "cluster_memory_request_mega": self.mem_request,
+                "memory_cap_mega": self.mem_cap,
+                "memory_total_mega": self.mem_total,
+            }
+        return {}
+
+    def add(self, job: _Job, replicas: int) -> None:
+        self.cpu_request += job.cpu * replicas
+        self.mem_request += job.mem * replicas
+        self.gpu_limit += job.gpu_limit * replicas
+
+
+class _NodeIndex:
+    """Free room per node, answering best-fit queries without scanning every node.
+
+    Best fit = the fitting node with the smallest (free GPUs, idle CPU, free
+    memory, name): GPU nodes are kept for GPU jobs, and the choice never
+    depends on input order. Nodes are grouped by free GPUs; within a group
+    they are sorted by (CPU, memory, name) so a query bisects to the first
+    node with enough CPU.
+    """
+
+    def __init__(self, cluster: ClusterResource) -> None:
+        room = cluster.nodes
+        self._levels: dict[int, list[tuple[int, int, str]]] = {}
+        for name, cpu in room.nodes_cpu_idle_milli.items():
+            gpu = room.nodes_gpu_free.get(name, 0)
+            member = (cpu, room.nodes_memory_free_mega.get(name, 0), name)
+            self._levels.setdefault(gpu, []).append(member)
+        for members in self._levels.values():
+            members.sort()
+        self._level_keys = sorted(self._levels)
+
+    def claim(self, cpu: int, mem: int, gpu: int) -> str | None:
+        """Take room for one replica on the best-fit node; None when no node fits."""
+        keys = self._level_keys
+        for position in range(bisect_left(keys, gpu), len(keys)):
+            level = keys[position]
+            members = self._levels[level]
+            for index in range(bisect_left(members, (cpu,)), len(members)):
+                node_cpu, node_mem, name = members[index]
+                if node_mem >= mem:
+                    self._move(level, index, (node_cpu - cpu, node_mem - mem, name), level - gpu)
+                    return name
+        return None
+
+    def _move(self, level: int, index: int, member: tuple[int, int, str], new_level: int) -> None:
+        members = self._levels[level]
+        del members[index]
+        if not members:
+            del self._levels[level]
+            del self._level_keys[bisect_left(self._level_keys, level)]
+        target = self._levels.get(new_level)
+        if target is None:
+            target = self._levels[new_level] = []
+            insort(self._level_keys, new_level)
+        insort(target, member)
+
+
+_ORDER = attrgetter("order")
+_KEY = attrgetter("key")
+
+
+def load_cap(total: int, max_load_desired: float) -> int:
+    """EDL: the threshold is ``int(total x max_load_desired)`` (truncated)."""
+    return math.floor(total * max_load_desired)
+
+
+def candidates(jobs: tuple[ElasticJob, ...]) -> list[ElasticJob]:
+    """EDL's candidate set: elastic, not paused jobs that are running, or all of
+    them when some job has every pod unschedulable (EDL pending rule: then every
+    job may be rescheduled to make room)."""
+    have_pending = any(job.all_pods_unschedulable for job in jobs)
+    return [
+        job
+        for job in jobs
+        if job.elastic and not job.paused and (have_pending or job.phase == JobPhase.RUNNING)
+    ]
+
+
+class EdlPolicy:
+    name: ClassVar[str] = "edl"
+    params_type = EdlParams
+    state_type = EmptyState
+
+    def decide(
+        self, request: PolicyInput, state: EmptyState, params: EdlParams
+    ) -> PolicyResult[EmptyState]:
+        chosen = candidates(request.jobs)
+        work = [_flatten(job) for job in chosen]
+        totals = _totals(request.cluster, params.max_load_desired)
+        _plan_rounds(work, totals, _NodeIndex(request.cluster))
+        decisions = tuple(_decision(flat, totals) for flat in sorted(work, key=_KEY))
+        return PolicyResult(plan=ScalingPlan(policy=self.name, decisions=decisions), state=state)
+
+
+def _flatten(job: ElasticJob) -> _Job:
+    return _Job(
+        key=job.key,
+        min=job.min_replicas,
+        max=job.max_replicas,
+        current=job.current_replicas,
+        cpu=job.requests.cpu_milli,
+        mem=job.requests.memory_mega,
+        gpu_limit=job.limits.gpu,
+        # Extended resources: the request defaults to the limit.
+        gpu_need=max(job.requests.gpu, job.limits.gpu),
+        planned=job.current_replicas,
+    )
+
+
+def _totals(cluster: ClusterResource, max_load_desired: float) -> _Totals:
+    return _Totals(
+        cpu_request=cluster.cpu_request_milli,
+        mem_request=cluster.memory_request_mega,
+        gpu_limit=cluster.gpu_limit,
+        mem_total=cluster.memory_total_mega,
+        cpu_cap=load_cap(cluster.cpu_total_milli, max_load_desired),
+        mem_cap=load_cap(cluster.memory_total_mega, max_load_desired),
+        gpu_cap=load_cap(cluster.gpu_total, max_load_desired),
+    )
+
+
+def _plan_rounds(work: list[_Job], totals: _Totals, nodes: _NodeIndex) -> None:
+    """EDL ``scaleAllJobsDryRun``: rounds of grow-then-shrink until nothing changes."""
+    active = work
+    while active:
+        # Both walks of a round use the order taken at the round's start. Growing
+        # never pushes a total over its cap, so only a round that starts over a
+        # cap can shrink anything, and only then is every job sorted.
+        shrink_walk: list[_Job] = []
+        if totals.any_over_cap():
+            shrink_walk = sorted(work, key=_ORDER)
+            members = {id(job) for job in active}
+            ordered = [job for job in shrink_walk if id(job) in members]
+        else:
+            ordered = sorted(active, key=_ORDER)
+        grew, freed = _grow_walk(ordered, totals, nodes)
+        # Most fulfilled first.
+        for job in reversed(shrink_walk):
+            freed = _try_shrink(job, totals) or freed
+        if not grew and not freed:
+            return
+        # A job that could not grow stays blocked unless a shrink freed capacity.
+        active = work if freed else grew
+
+
+def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: _NodeIndex) -> tuple[list[_Job], bool]:
+    """One grow walk, least fulfilled first: the jobs that grew, and whether any shrank."""
+    grew: list[_Job] = []
+    freed = False
+    for job in ordered:
+        additional = _try_grow(job, totals, nodes)
+        if additional > 0:
+            grew.append(job)
+        elif additional < 0:
+            freed = True
+    return grew, freed
+
+
+def _try_grow(job: _Job, totals: _Totals, nodes: _NodeIndex) -> int:
+    """EDL ``scaleDryRun`` scale-up branch; returns the replicas added (may be < 0)."""
+    if job.planned >= job.max:
+        # EDL: at or over max, go straight to max without looking at resources.
+        additional = job.max - job.planned
+        job.blocked = AT_MAX
+        if additional:
+            job.down_rules.append("over_max")
+            _apply(job, additional, totals)
+        return additional
+    if totals.mem_total - totals.mem_request <= job.mem:
+        job.blocked = MEMORY_FREE  # EDL: free memory must exceed one replica's request.
+        return 0
+    if job.mem > 0 and totals.mem_request + job.mem > totals.mem_cap:
+        job.blocked = MEMORY_CAP  # fix: the same cap as the shrink rule.
+        return 0
+    # The cap checks come before the node search here (EDL searched first): all
+    # must pass, so the order changes only which limit the reason names.
+    if job.cpu > 0 and totals.cpu_request + job.cpu > totals.cpu_cap:
+        job.blocked = CPU_CAP  # EDL: never grow CPU requests past the load cap.
+        return 0
+    if job.gpu_limit > 0 and totals.gpu_limit + job.gpu_limit > totals.gpu_cap:
+        job.blocked = GPU_CAP  # fix: GPUs obey the same cap as the shrink rule.
+        return 0
+    node = nodes.claim(job.cpu, job.mem, job.gpu_need)
+    if node is None:
+        job.blocked = NO_NODE_FITS  # fix: a node must fit CPU, memory and GPU.
+        return 0
+    job.placements[node] = job.placements.get(node, 0) + 1
+    job.ups += 1
+    job.blocked = None
+    job.planned += 1
+    job.refresh_order()
+    totals.cpu_request += job.cpu
+    totals.mem_request += job.mem
+    totals.gpu_limit += job.gpu_limit
+    return 1
+
+
+def _try_shrink(job: _Job, totals: _Totals) -> bool:
+    """EDL ``scaleDryRun`` scale-down branch; True when the job shrank."""
+    if job.planned > job.max:
+        job.down_rules.append("over_max")
+    else:
+        resource = totals.over_cap_held_by(job)
+        # EDL: never shrink below min_replicas.
+        if resource is None or job.planned <= job.min:
+            return False
+        job.down_rules.append(resource)
+    job.downs += 1
+    _apply(job, -1, totals)
+    return True
+
+
+def _apply(job: _Job, additional: int, totals: _Totals) -> None:
+    # EDL: a shrink lowers cluster totals but frees no node room in the dry run,
+    # since which pod goes is not known.
+    job.planned += additional
+    job.refresh_order()
+    totals.add(job, additional)
+
+
+def _decision(flat: _Job, totals: _Totals) -> ScalingDecision:
+    limited_by = flat.blocked if flat.planned < flat.max else AT_MAX
+    numbers: dict[str, float | int | str | None] = {
+        "fulfillment_before": _fulfillment(flat, flat.current),
+        "fulfillment_after": _fulfillment(flat, flat.planned),
+        "min_replicas": flat.min,
+        "max_replicas": flat.max,
+        "limited_by": limited_by,
+    }
+    if flat.planned > flat.current:
+        rule = "edl.scale_up"
+        message = f"grew {flat.current} -> {flat.planned}, least fulfilled first"
+    elif flat.planned < flat.current:
+        rule = "edl.scale_down"
+        causes = sorted(set(flat.down_rules))
+        message = (
+            f"shrank {flat.current} -> {flat.planned}: {', '.join(causes)} (most fulfilled first)"
+        )
+        for cause in causes:
+            numbers.update(totals.numbers(cause))
+    else:
+        rule = "edl.keep"
+        message = f"kept {flat.current}"
+    if limited_by is not None and limited_by != AT_MAX:
+        message += f"; cannot grow: {_BLOCKED_TEXT[limited_by]}"
+        numbers.update(totals.numbers(limited_by))
+    return ScalingDecision(
+        job=flat.key,
+        current=flat.current,
+        target=flat.planned,
+        reason=Reason(rule=rule, message=message, numbers=numbers),
+        placements=dict(sorted(flat.placements.items())),
+    )
+
+
+def _fulfillment(flat: _Job, replicas: int) -> float:
+    span = flat.max - flat.min
+    return 1.0 if span == 0 else round((replicas - flat.min) / span, 4)
+
+
+_BLOCKED_TEXT = {
+    AT_MAX: "at max_replicas",
+    MEMORY_FREE: "free cluster memory does not exceed one replica's request",
+    MEMORY_CAP: "memory requests would pass max_load_desired x total",
+    NO_NODE_FITS: "no node has room for one more replica (CPU, memory, GPU)",
+    CPU_CAP: "CPU requests would pass max_load_desired x total",
+    GPU_CAP: "GPU limits would pass max_load_desired x total",
+}

@@ -1,0 +1,121 @@
+"""Where replicas go: GPU bookkeeping per node and the packing rules.
+
+A job's existing replicas stay where they are. Added replicas go first to
+nodes the job already uses, then to the nodes a policy hinted (when the hint
+fits), else onto the fewest nodes that fit. Removed replicas leave the nodes
+where the job has the fewest replicas first, so the job spans fewer nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class GpuNodes:
+    """Free GPUs per node of a homogeneous cluster, by node index."""
+
+    def __init__(self, nodes: int, gpus_per_node: int) -> None:
+        if nodes < 1 or gpus_per_node < 1:
+            raise ValueError("a cluster needs at least one node with at least one GPU")
+        self.gpus_per_node = gpus_per_node
+        self.free = [gpus_per_node] * nodes
+
+    @property
+    def total(self) -> int:
+        return self.gpus_per_node * len(self.free)
+
+    @property
+    def free_total(self) -> int:
+        return sum(self.free)
+
+    def release(self, placement: Mapping[int, int]) -> None:
+        for node, count in placement.items():
+            self.free[node] += count
+            if self.free[node] > self.gpus_per_node:
+                raise RuntimeError(f"node {node} released more GPUs than it has")
+
+
+def node_name(index: int) -> str:
+    return f"node-{index:02d}"
+
+
+def node_index(name: str) -> int | None:
+    prefix = "node-"
+    if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
+        return None
+    return int(name[len(prefix) :])
+
+
+def shrink(placement: dict[int, int], remove: int, nodes: GpuNodes) -> dict[int, int]:
+    """Take ``remove`` replicas off, from the job's least-used nodes first."""
+    result = dict(placement)
+    for node in sorted(result, key=lambda n: (result[n], -n)):
+        if remove <= 0:
+            break
+        take = min(remove, result[node])
+        result[node] -= take
+        nodes.free[node] += take
+        remove -= take
+        if result[node] == 0:
+            del result[node]
+    return result
+
+
+def grow(
+    placement: dict[int, int],
+    add: int,
+    nodes: GpuNodes,
+    *,
+    hint: Mapping[str, int] | None = None,
+) -> dict[int, int]:
+    """Add up to ``add`` replicas (fewer when the cluster is full)."""
+    result = dict(placement)
+    # Keep the job together: first fill the nodes it already uses.
+    for node in sorted(result, key=lambda n: (-nodes.free[n], n)):
+        add = _take(result, node, add, nodes)
+    if add > 0 and hint and _hint_fits(hint, add, nodes):
+        for name, count in sorted(hint.items()):
+            index = node_index(name)
+            if index is not None and count > 0:
+                add -= count - _take(result, index, count, nodes)
+    if add > 0:
+        for node in _fewest_nodes(add, nodes):
+            add = _take(result, node, add, nodes)
+    return result
+
+
+def _take(placement: dict[int, int], node: int, want: int, nodes: GpuNodes) -> int:
+    take = min(want, nodes.free[node])
+    if take > 0:
+        nodes.free[node] -= take
+        placement[node] = placement.get(node, 0) + take
+    return want - take
+
+
+def _hint_fits(hint: Mapping[str, int], add: int, nodes: GpuNodes) -> bool:
+    if sum(hint.values()) != add:
+        return False
+    for name, count in hint.items():
+        index = node_index(name)
+        if index is None or index >= len(nodes.free) or count < 0 or nodes.free[index] < count:
+            return False
+    return True
+
+
+def _fewest_nodes(add: int, nodes: GpuNodes) -> list[int]:
+    """Nodes to use for ``add`` replicas: fullest-free first, best fit for the rest."""
+    order = sorted((n for n, f in enumerate(nodes.free) if f > 0), key=lambda n: (-nodes.free[n], n))
+    chosen: list[int] = []
+    remaining = add
+    for position, node in enumerate(order):
+        if remaining <= 0:
+            break
+        if nodes.free[node] >= remaining:
+            # The last node: the one with the least free room that still fits the rest.
+            fits = [n for n in order[position:] if nodes.free[n] >= remaining]
+            chosen.append(min(fits, key=lambda n: (nodes.free[n], n)))
+            remaining = 0
+            break
+        chosen.append(node)
+        remaining -= nodes.free[node]
+    return chosen

@@ -1,0 +1,284 @@
+"""The list-and-watch cache: one informer thread per resource kind.
+
+Each ``Informer`` does what client-go's reflector does: one LIST (paged) at
+start, then WATCH from the list's ``resourceVersion``; a watch that ends is
+resumed from the last version seen (no LIST); a 410 Gone (the version is too
+old) forces a re-LIST; a broken connection is retried with exponential
+backoff. Readers take snapshots of the store and never call the API server,
+so a steady-state autoscale round makes no LIST calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from workers.adapters.kubernetes.client import (
+    JsonObject,
+    KubeApiError,
+    KubeClient,
+    KubeConnectionError,
+    WatchStream,
+)
+from workers.adapters.kubernetes.kinds import ResourceKind
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE_SIZE = 500
+# Field selector for pods that still hold resources (kube-scheduler's view).
+NON_TERMINATED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class CacheNotSyncedError(RuntimeError):
+    """The cache has not finished its first LIST within the allowed time."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff between reconnects: ``initial * 2**n``, capped."""
+
+    initial: float = 0.2
+    maximum: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.maximum, self.initial * 2 ** max(0, failures - 1)))
+
+
+@dataclass(frozen=True)
+class InformerStats:
+    lists: int
+    watches: int
+    gone: int
+    errors: int
+
+
+def object_key(obj: JsonObject) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+class Informer:
+    """Keeps every object of one kind (optionally filtered) in memory, up to date."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        watch_timeout_seconds: int = 300,
+        backoff: Backoff = Backoff(),
+        wait: Callable[[threading.Event, float], bool] | None = None,
+    ) -> None:
+        self.kind = kind
+        self._client = client
+        self._path = kind.collection_path(namespace)
+        self._selectors: dict[str, str | int | bool] = {}
+        if field_selector:
+            self._selectors["fieldSelector"] = field_selector
+        if label_selector:
+            self._selectors["labelSelector"] = label_selector
+        self._watch_timeout = watch_timeout_seconds
+        self._backoff = backoff
+        # Injected so tests can run backoff without real sleeps; default waits on the stop event.
+        self._wait = wait or (lambda event, seconds: event.wait(seconds))
+        self._store: dict[str, JsonObject] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stream: WatchStream | None = None
+        self._resource_version = ""
+        self._lists = 0
+        self._watches = 0
+        self._gone = 0
+        self._errors = 0
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"informer-{self.kind.plural}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    # --- reads -------------------------------------------------------------
+
+    def list(self) -> list[JsonObject]:
+        """A snapshot of the objects (shared dicts: treat them as read-only)."""
+        with self._lock:
+            return list(self._store.values())
+
+    def get(self, namespace: str | None, name: str) -> JsonObject | None:
+        key = f"{namespace}/{name}" if namespace and self.kind.namespaced else name
+        with self._lock:
+            return self._store.get(key)
+
+    def stats(self) -> InformerStats:
+        with self._lock:
+            return InformerStats(self._lists, self._watches, self._gone, self._errors)
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return self._resource_version
+
+    # --- the reflector loop --------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                self._watch_once()
+                failures = 0
+            except KubeApiError as error:
+                if error.status == 410:
+                    # The version we hold is compacted away: start over from a fresh LIST.
+                    log.info("%s: watch version too old, re-listing", self.kind.plural)
+                    with self._lock:
+                        self._gone += 1
+                    need_list = True
+                    continue
+                failures += 1
+                self._note_error(error, failures)
+            except KubeConnectionError as error:
+                failures += 1
+                self._note_error(error, failures)
+            except Exception as error:  # keep the informer alive whatever the server sends
+                failures += 1
+                need_list = True
+                self._note_error(error, failures)
+            if failures and not self._stop.is_set():
+                self._wait(self._stop, self._backoff.delay(failures))
+
+    def _note_error(self, error: Exception, failures: int) -> None:
+        with self._lock:
+            self._errors += 1
+        if not self._stop.is_set():
+            log.warning("%s informer: %s (failure %d)", self.kind.plural, error, failures)
+
+    def _list(self) -> None:
+        items: dict[str, JsonObject] = {}
+        query: dict[str, str | int | bool] = dict(self._selectors)
+        query["limit"] = LIST_PAGE_SIZE
+        while True:
+            page = self._client.request("GET", self._path, query=query)
+            for item in page.get("items") or []:
+                items[object_key(item)] = item
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "")
+            token = meta.get("continue")
+            if not token:
+                break
+            query["continue"] = token
+        with self._lock:
+            self._store = items
+            self._resource_version = version
+            self._lists += 1
+        self._synced.set()
+
+    def _watch_once(self) -> None:
+        query: dict[str, str | int | bool] = dict(self._selectors)
+        query["resourceVersion"] = self.resource_version
+        query["allowWatchBookmarks"] = True
+        stream = self._client.watch(self._path, query=query, timeout_seconds=self._watch_timeout)
+        with self._lock:
+            self._stream = stream
+            self._watches += 1
+        try:
+            if self._stop.is_set():
+                return
+            self._apply_events(stream.events())
+        finally:
+            with self._lock:
+                self._stream = None
+            stream.close()
+
+    def _apply_events(self, events: Iterable[JsonObject]) -> None:
+        for event in events:
+            if self._stop.is_set():
+                return
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                code = int(obj.get("code") or 500)
+                raise KubeApiError(code, reason=str(obj.get("reason") or ""), body=obj)
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            with self._lock:
+                if kind in ("ADDED", "MODIFIED"):
+                    self._store[object_key(obj)] = obj
+                elif kind == "DELETED":
+                    self._store.pop(object_key(obj), None)
+                if version:
+                    self._resource_version = version
+
+
+class ClusterCache:
+    """The informers one process shares: started together, read by snapshot."""
+
+    def __init__(self, informers: Iterable[Informer]) -> None:
+        self._informers = {informer.kind.plural: informer for informer in informers}
+        self._started = False
+        self._lock = threading.Lock()
+
+    @property
+    def informers(self) -> MappingProxyType[str, Informer]:
+        return MappingProxyType(self._informers)
+
+    def informer(self, kind: ResourceKind) -> Informer:
+        return self._informers[kind.plural]
+
+    def has(self, kind: ResourceKind) -> bool:
+        informer = self._informers.get(kind.plural)
+        return informer is not None and informer.kind == kind
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        for informer in self._informers.values():
+            informer.start()
+
+    def ensure_synced(self, timeout: float) -> None:
+        """Start (once) and wait for every first LIST; raise when one is late."""
+        self.start()
+        for plural, informer in self._informers.items():
+            if not informer.wait_synced(timeout):
+                raise CacheNotSyncedError(f"{plural} cache not synced after {timeout:.0f}s")
+
+    def stop(self) -> None:
+        for informer in self._informers.values():
+            informer.stop()
+
+    def stats(self) -> dict[str, InformerStats]:
+        return {plural: informer.stats() for plural, informer in self._informers.items()}
+

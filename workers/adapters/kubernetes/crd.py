@@ -1,0 +1,178 @@
+"""The ``ElasticJob`` custom resource definition, as data, and its installer.
+
+``deploy/crd.yaml`` is this dict written out (``python -m
+workers.adapters.kubernetes.crd > deploy/crd.yaml``); a unit test keeps the two
+identical.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+GROUP = "trainscaler.io"
+VERSION = "v1alpha1"
+KIND = "ElasticJob"
+PLURAL = "elasticjobs"
+SINGULAR = "elasticjob"
+SHORT_NAMES = ("ej",)
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+_CONDITION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string", "enum": ["Ready", "ScalingActive", "ScalingLimited"]},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "reason": {"type": "string"},
+        "message": {"type": "string"},
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+    },
+}
+
+_SPEC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["scaleTargetRef", "maxReplicas"],
+    # The issue's invariant 0 <= min <= max; minimum: 0 covers the first half.
+    "x-kubernetes-validations": [
+        {
+            "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+            "message": "minReplicas must be less than or equal to maxReplicas",
+        }
+    ],
+    "properties": {
+        "scaleTargetRef": {
+            "type": "object",
+            "description": "The workload whose replicas are scaled (like HPA and KEDA).",
+            "required": ["apiVersion", "kind", "name"],
+            "properties": {
+                "apiVersion": {"type": "string", "minLength": 1},
+                "kind": {"type": "string", "minLength": 1},
+                "name": {"type": "string", "minLength": 1},
+            },
+        },
+        "minReplicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
+        "maxReplicas": {"type": "integer", "format": "int32", "minimum": 0},
+        "policy": {"type": "string", "default": "edl"},
+        "defaultParallelism": {"type": "integer", "format": "int32", "minimum": 1, "default": 1},
+        "paused": {
+            "type": "boolean",
+            "default": False,
+            "description": "Operator's manual override: no scaling while true.",
+        },
+    },
+}
+
+_STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "currentReplicas": {"type": "integer", "format": "int32", "minimum": 0},
+        "desiredReplicas": {"type": "integer", "format": "int32", "minimum": 0},
+        "lastScaleTime": {"type": "string", "format": "date-time"},
+        "lastDecision": {
+            "type": "object",
+            "properties": {
+                "policy": {"type": "string"},
+                "rule": {"type": "string"},
+                "reason": {"type": "string"},
+            },
+        },
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "conditions": {
+            "type": "array",
+            "items": _CONDITION_SCHEMA,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    },
+}
+
+
+def _printer_column(name: str, kind: str, path: str) -> dict[str, str]:
+    return {"name": name, "type": kind, "jsonPath": path}
+
+
+ELASTICJOB_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": CRD_NAME},
+    "spec": {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {
+            "plural": PLURAL,
+            "singular": SINGULAR,
+            "kind": KIND,
+            "listKind": f"{KIND}List",
+            "shortNames": list(SHORT_NAMES),
+            "categories": ["trainscaler"],
+        },
+        "versions": [
+            {
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                # Status is written only through /status (by the scaler).
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    _printer_column("Min", "integer", ".spec.minReplicas"),
+                    _printer_column("Max", "integer", ".spec.maxReplicas"),
+                    _printer_column("Current", "integer", ".status.currentReplicas"),
+                    _printer_column("Desired", "integer", ".status.desiredReplicas"),
+                    _printer_column("Policy", "string", ".spec.policy"),
+                    _printer_column("Age", "date", ".metadata.creationTimestamp"),
+                ],
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "required": ["spec"],
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": _SPEC_SCHEMA,
+                            "status": _STATUS_SCHEMA,
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def install_crd(api_client: Any) -> dict[str, Any]:
+    """Create the CRD, or replace it when it exists; returns the server's object.
+
+    ``api_client`` is the official ``kubernetes.client.ApiClient``. Run by an
+    operator (or the demo), never by the autoscaler: its ClusterRole has no
+    rights on CRDs.
+    """
+    from workers.adapters.kubernetes.client import KubeApiError, KubeClient
+
+    client = KubeClient(api_client)
+    try:
+        return client.request("POST", CRD_PATH, body=ELASTICJOB_CRD)
+    except KubeApiError as error:
+        if error.status != 409:
+            raise
+    current = client.request("GET", f"{CRD_PATH}/{CRD_NAME}")
+    replacement = json.loads(json.dumps(ELASTICJOB_CRD))
+    replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    return client.request("PUT", f"{CRD_PATH}/{CRD_NAME}", body=replacement)
+
+
+def render_yaml() -> str:
+    """The CRD as YAML, exactly what ``deploy/crd.yaml`` holds."""
+    import yaml
+
+    header = "# Generated by `python -m workers.adapters.kubernetes.crd`; do not edit.\n"
+    return header + yaml.safe_dump(ELASTICJOB_CRD, sort_keys=False)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_yaml())

@@ -1,0 +1,417 @@
+"""Everything the runtime remembers, in Redis, as JSON.
+
+Owns: job records, per-job policy state (with optimistic concurrency), per-job
+decision generations and history (each decision with its reason), the newest
+cluster plan and its history, the free capacity the newest plan leaves, the
+bounded per-job metrics history, autoscale run records and the locks. The HTTP
+API and the CLI read through the small functions here, never raw keys.
+
+Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
+``<job>`` is ``namespace/name``):
+
+* ``P jobs`` SET of known job keys; ``P job:<job>`` STRING ``JobRecord`` JSON.
+* ``P job:<job>:policy:<policy>`` STRING the policy's state for this job only.
+* ``P job:<job>:schedule`` STRING ``ScheduleCursor`` JSON (newest applied queue
+  seq, newest decided target), written in the same transaction as the state.
+* ``P job:<job>:generation`` STRING int: generation of the newest decision.
+* ``P job:<job>:applied`` STRING ``AppliedTarget`` JSON: newest applied decision.
+* ``P job:<job>:decisions`` LIST ``DecisionRecord`` JSON, newest first, bounded.
+* ``P job:<job>:metrics`` LIST ``EpochReport`` JSON, newest first, bounded.
+* ``P job:<job>:last_report`` STRING the newest pushed ``EpochReport``.
+* ``P plan:latest`` STRING ``PlanRecord`` JSON; ``P plan:history`` LIST, newest first.
+* ``P cluster:policy:<policy>`` STRING the cluster policy's state.
+* ``P capacity:free`` HASH cpu_milli / memory_mega / gpu the newest plan leaves free.
+* ``P autoscale:runs`` LIST ``AutoscaleRun`` JSON, newest first, bounded;
+  ``P autoscale:run_id`` counter.
+* ``P lock:autoscale`` and ``P lock:scale:<job>``: locks with a TTL (owner token).
+* ``P schedule:triggered`` STRING: a schedule task is already on its way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import redis
+from pydantic import BaseModel, ConfigDict
+from redis.lock import Lock
+
+from scheduler_core.models import (
+    ClusterResource,
+    EpochReport,
+    Resources,
+    ScalingDecision,
+    ScalingPlan,
+    TrainRequest,
+)
+
+T = TypeVar("T")
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobRecord(Record):
+    job: str
+    job_id: str
+    policy: str
+    request: TrainRequest | None = None
+    created_at: float = 0.0
+    finished_at: float | None = None
+
+
+class ScheduleCursor(Record):
+    last_seq: int = 0
+    last_target: int | None = None
+    last_epoch: int | None = None
+
+
+class DecisionRecord(Record):
+    generation: int
+    at: float
+    source: Literal["schedule", "autoscale"]
+    decision: ScalingDecision
+
+
+class AppliedTarget(Record):
+    generation: int
+    target: int
+    at: float
+    outcome: str
+
+
+class PlanRecord(Record):
+    run_id: int
+    at: float
+    owner: str
+    plan: ScalingPlan
+    cluster: ClusterResource
+    generations: dict[str, int] = {}
+    # Per-replica requests of every job the planner saw (schedule clamps with them).
+    requests: dict[str, Resources] = {}
+
+
+class AutoscaleRun(Record):
+    run_id: int
+    owner: str
+    started: float
+    finished: float
+    changes: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Replicas granted out of the free capacity (``granted`` <= wanted)."""
+
+    granted: int
+    constrained: bool
+
+
+class ConcurrentUpdateError(Exception):
+    """Optimistic concurrency gave up after too many conflicting writers."""
+
+
+_RESERVE = r"""
+local key, wanted = KEYS[1], tonumber(ARGV[1])
+if redis.call('EXISTS', key) == 0 then return {wanted, 0} end
+local names = {'cpu_milli', 'memory_mega', 'gpu'}
+local granted = wanted
+for i, name in ipairs(names) do
+  local need = tonumber(ARGV[i + 1])
+  if need > 0 then
+    local free = tonumber(redis.call('HGET', key, name) or '0')
+    granted = math.min(granted, math.max(0, math.floor(free / need)))
+  end
+end
+for i, name in ipairs(names) do
+  local need = tonumber(ARGV[i + 1])
+  if need > 0 and granted > 0 then redis.call('HINCRBY', key, name, -granted * need) end
+end
+local constrained = 0
+if granted < wanted then constrained = 1 end
+return {granted, constrained}
+"""
+
+
+class StateStore:
+    """Typed reads and writes of the runtime's state in one Redis database."""
+
+    def __init__(
+        self, client: redis.Redis, *, prefix: str = "trainscaler:", history: int = 200
+    ) -> None:
+        self.redis = client
+        self.prefix = prefix
+        self.history = history
+        self._reserve = client.register_script(_RESERVE)
+
+    def key(self, suffix: str) -> str:
+        return f"{self.prefix}{suffix}"
+
+    def job_key(self, job: str, suffix: str) -> str:
+        return self.key(f"job:{job}:{suffix}")
+
+    # --- job records ------------------------------------------------------------
+
+    def save_job(self, record: JobRecord) -> None:
+        pipe = self.redis.pipeline()
+        pipe.set(self.key(f"job:{record.job}"), record.model_dump_json())
+        pipe.sadd(self.key("jobs"), record.job)
+        pipe.execute()
+
+    def get_job(self, job: str) -> JobRecord | None:
+        raw = self.redis.get(self.key(f"job:{job}"))
+        return JobRecord.model_validate_json(raw) if raw else None
+
+    def job_names(self) -> list[str]:
+        return sorted(_text(x) for x in self.redis.smembers(self.key("jobs")))
+
+    def forget_job_policy(
+        self, job: str, policy: str, forget: Callable[[str | None], str | None]
+    ) -> None:
+        """Rewrite (or drop, when ``forget`` returns None) one job's policy state."""
+        state_key = self.job_key(job, f"policy:{policy}")
+
+        def update(pipe: Any) -> None:
+            new = forget(_opt_text(pipe.get(state_key)))
+            pipe.multi()
+            if new is None:
+                pipe.delete(state_key)
+            else:
+                pipe.set(state_key, new)
+
+        self.redis.transaction(update, state_key)
+
+    # --- the schedule transaction -----------------------------------------------------
+
+    def schedule_transaction(
+        self,
+        job: str,
+        policy: str,
+        compute: Callable[[str | None, ScheduleCursor, int], T],
+        commit: Callable[[T], tuple[str, ScheduleCursor, DecisionRecord | None] | None],
+        *,
+        attempts: int = 50,
+        on_conflict: Callable[[T], None] = lambda _: None,
+    ) -> T:
+        """Read a job's policy state, cursor and generation; compute; write back atomically.
+
+        ``compute(state_json, cursor, generation)`` runs under WATCH; ``commit``
+        turns its result into what to write (None: write nothing). If another
+        writer touched the job in between, ``on_conflict`` undoes any side
+        effect of ``compute`` and the whole thing runs again.
+        """
+        state_key = self.job_key(job, f"policy:{policy}")
+        cursor_key = self.job_key(job, "schedule")
+        generation_key = self.job_key(job, "generation")
+        for _ in range(attempts):
+            with self.redis.pipeline() as pipe:
+                try:
+                    pipe.watch(state_key, cursor_key, generation_key)
+                    state_raw = _opt_text(pipe.get(state_key))
+                    cursor_raw = pipe.get(cursor_key)
+                    cursor = (
+                        ScheduleCursor.model_validate_json(cursor_raw)
+                        if cursor_raw
+                        else ScheduleCursor()
+                    )
+                    generation = int(pipe.get(generation_key) or 0)
+                    result = compute(state_raw, cursor, generation)
+                    writes = commit(result)
+                    if writes is None:
+                        pipe.unwatch()
+                        return result
+                    new_state, new_cursor, record = writes
+                    pipe.multi()
+                    pipe.set(state_key, new_state)
+                    pipe.set(cursor_key, new_cursor.model_dump_json())
+                    if record is not None:
+                        pipe.set(generation_key, record.generation)
+                        self._queue_decision(pipe, job, record)
+                    pipe.execute()
+                    return result
+                except redis.WatchError:
+                    on_conflict(result)
+                    continue
+        raise ConcurrentUpdateError(f"job {job}: gave up after {attempts} conflicting updates")
+
+    def cursor(self, job: str) -> ScheduleCursor:
+        raw = self.redis.get(self.job_key(job, "schedule"))
+        return ScheduleCursor.model_validate_json(raw) if raw else ScheduleCursor()
+
+    # --- decisions, generations, applied targets -------------------------------
+
+    def record_autoscale_decision(self, decision: ScalingDecision, *, at: float) -> int:
+        """Give an autoscale decision the job's next generation and keep it in history."""
+        generation = int(self.redis.incr(self.job_key(decision.job, "generation")))
+        record = DecisionRecord(generation=generation, at=at, source="autoscale", decision=decision)
+        pipe = self.redis.pipeline()
+        self._queue_decision(pipe, decision.job, record)
+        pipe.execute()
+        return generation
+
+    def _queue_decision(self, pipe: Any, job: str, record: DecisionRecord) -> None:
+        key = self.job_key(job, "decisions")
+        pipe.lpush(key, record.model_dump_json())
+        pipe.ltrim(key, 0, self.history - 1)
+
+    def generation(self, job: str) -> int:
+        return int(self.redis.get(self.job_key(job, "generation")) or 0)
+
+    def decisions(self, job: str, *, limit: int = 50) -> list[DecisionRecord]:
+        """A job's newest decisions first, each with its reason."""
+        raw = self.redis.lrange(self.job_key(job, "decisions"), 0, limit - 1)
+        return [DecisionRecord.model_validate_json(r) for r in raw]
+
+    def applied(self, job: str) -> AppliedTarget | None:
+        raw = self.redis.get(self.job_key(job, "applied"))
+        return AppliedTarget.model_validate_json(raw) if raw else None
+
+    def set_applied(self, job: str, applied: AppliedTarget) -> None:
+        self.redis.set(self.job_key(job, "applied"), applied.model_dump_json())
+
+    # --- plans and capacity ----------------------------------------------------
+
+    def save_plan(self, record: PlanRecord, *, free: Resources | None) -> None:
+        data = record.model_dump_json()
+        pipe = self.redis.pipeline()
+        pipe.set(self.key("plan:latest"), data)
+        pipe.lpush(self.key("plan:history"), data)
+        pipe.ltrim(self.key("plan:history"), 0, self.history - 1)
+        if free is not None:
+            pipe.delete(self.key("capacity:free"))
+            pipe.hset(
+                self.key("capacity:free"),
+                mapping={
+                    "cpu_milli": free.cpu_milli,
+                    "memory_mega": free.memory_mega,
+                    "gpu": free.gpu,
+                },
+            )
+        pipe.execute()
+
+    def latest_plan(self) -> PlanRecord | None:
+        """The newest cluster plan with every decision's reason."""
+        raw = self.redis.get(self.key("plan:latest"))
+        return PlanRecord.model_validate_json(raw) if raw else None
+
+    def plan_history(self, *, limit: int = 20) -> list[PlanRecord]:
+        raw = self.redis.lrange(self.key("plan:history"), 0, limit - 1)
+        return [PlanRecord.model_validate_json(r) for r in raw]
+
+    def reserve(self, per_replica: Resources, replicas: int) -> Reservation:
+        """Take up to ``replicas`` replicas' room from what the newest plan leaves free.
+
+        No plan yet means nothing is known about the cluster: everything is granted.
+        """
+        if replicas <= 0:
+            return Reservation(granted=max(replicas, 0), constrained=False)
+        granted, constrained = self._reserve(
+            keys=[self.key("capacity:free")],
+            args=[replicas, per_replica.cpu_milli, per_replica.memory_mega, per_replica.gpu],
+        )
+        return Reservation(granted=int(granted), constrained=bool(constrained))
+
+    def release(self, per_replica: Resources, replicas: int) -> None:
+        """Give back room for ``replicas`` replicas (a shrink or an undone reservation)."""
+        key = self.key("capacity:free")
+        if replicas <= 0 or not self.redis.exists(key):
+            return
+        pipe = self.redis.pipeline()
+        for name, need in (
+            ("cpu_milli", per_replica.cpu_milli),
+            ("memory_mega", per_replica.memory_mega),
+            ("gpu", per_replica.gpu),
+        ):
+            if need > 0:
+                pipe.hincrby(key, name, need * replicas)
+        pipe.execute()
+
+    def free_capacity(self) -> Resources | None:
+        raw = self.redis.hgetall(self.key("capacity:free"))
+        if not raw:
+            return None
+        values = {_text(k): int(v) for k, v in raw.items()}
+        return Resources(
+            cpu_milli=max(0, values.get("cpu_milli", 0)),
+            memory_mega=max(0, values.get("memory_mega", 0)),
+            gpu=max(0, values.get("gpu", 0)),
+        )
+
+    def cluster_policy_state(self, policy: str) -> str | None:
+        return _opt_text(self.redis.get(self.key(f"cluster:policy:{policy}")))
+
+    def save_cluster_policy_state(self, policy: str, state_json: str) -> None:
+        self.redis.set(self.key(f"cluster:policy:{policy}"), state_json)
+
+    # --- autoscale runs --------------------------------------------------------
+
+    def next_run_id(self) -> int:
+        return int(self.redis.incr(self.key("autoscale:run_id")))
+
+    def record_run(self, run: AutoscaleRun) -> None:
+        pipe = self.redis.pipeline()
+        pipe.lpush(self.key("autoscale:runs"), run.model_dump_json())
+        pipe.ltrim(self.key("autoscale:runs"), 0, 999)
+        pipe.execute()
+
+    def runs(self, *, limit: int = 1000) -> list[AutoscaleRun]:
+        raw = self.redis.lrange(self.key("autoscale:runs"), 0, limit - 1)
+        return [AutoscaleRun.model_validate_json(r) for r in raw]
+
+    # --- metrics -----------------------------------------------------------------
+
+    def save_last_report(self, report: EpochReport) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.job_key(report.job, "last_report"), report.model_dump_json())
+        pipe.sadd(self.key("jobs"), report.job)
+        pipe.execute()
+
+    def last_report(self, job: str) -> EpochReport | None:
+        raw = self.redis.get(self.job_key(job, "last_report"))
+        return EpochReport.model_validate_json(raw) if raw else None
+
+    def append_metrics(self, reports: list[EpochReport], *, keep: int) -> None:
+        pipe = self.redis.pipeline()
+        for report in reports:
+            key = self.job_key(report.job, "metrics")
+            pipe.lpush(key, report.model_dump_json())
+            pipe.ltrim(key, 0, keep - 1)
+        pipe.execute()
+
+    def metrics(self, job: str, *, limit: int = 100) -> list[EpochReport]:
+        raw = self.redis.lrange(self.job_key(job, "metrics"), 0, limit - 1)
+        return [EpochReport.model_validate_json(r) for r in raw]
+
+    # --- locks and flags ----------------------------------------------------------
+
+    def lock(self, name: str, *, ttl: float, blocking_timeout: float | None = None) -> Lock:
+        """A lock with a TTL that only its owner (token) can release."""
+        return self.redis.lock(
+            self.key(f"lock:{name}"),
+            timeout=ttl,
+            blocking_timeout=blocking_timeout,
+            thread_local=False,
+        )
+
+    def claim_flag(self, name: str, *, ttl: float) -> bool:
+        """Set a short-lived flag; True when it was not set yet."""
+        return bool(self.redis.set(self.key(name), "1", nx=True, px=max(1, int(ttl * 1000))))
+
+    def clear_flag(self, name: str) -> None:
+        self.redis.delete(self.key(name))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _opt_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

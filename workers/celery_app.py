@@ -1,0 +1,91 @@
+"""The Celery application ``trainscaler``: broker, queues, routes and safety settings.
+
+* JSON only, in and out (no pickle anywhere).
+* At-least-once: acks late, reject on worker lost, prefetch 1, and a broker
+  visibility timeout longer than the longest task run, so a killed worker's
+  message is redelivered.
+* Three queues with routes, so a slow Kubernetes API never delays epoch
+  reports: ``control`` (autoscale, metrics, lease sweep, finish), ``events``
+  (submit, report_epoch, schedule) and ``cluster-writes`` (scale).
+
+Start with the plain Celery CLI: ``celery -A workers worker``, ``celery -A
+workers beat`` (RedBeat scheduler, set here), ``celery -A workers flower``.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
+from workers.settings import Settings, get_settings
+from workers.wiring import redis_ssl_options
+
+CONTROL = "control"
+EVENTS = "events"
+CLUSTER_WRITES = "cluster-writes"
+
+TASK_ROUTES = {
+    "trainscaler.autoscale": {"queue": CONTROL},
+    "trainscaler.fetch_metrics": {"queue": CONTROL},
+    "trainscaler.sweep_leases": {"queue": CONTROL},
+    "trainscaler.finish": {"queue": CONTROL},
+    "trainscaler.noop": {"queue": CONTROL},
+    "trainscaler.submit": {"queue": EVENTS},
+    "trainscaler.report_epoch": {"queue": EVENTS},
+    "trainscaler.schedule": {"queue": EVENTS},
+    "trainscaler.scale": {"queue": CLUSTER_WRITES},
+}
+
+
+def create_app(settings: Settings) -> Celery:
+    app = Celery(
+        "trainscaler",
+        broker=settings.redis_url,
+        backend=settings.redis_url,
+        include=["workers.tasks"],
+    )
+    transport = {
+        "visibility_timeout": settings.broker_visibility_timeout,
+        "unacked_restore_interval": settings.broker_restore_interval,
+        # Scan on every sweep, so the restore interval alone sets the cadence.
+        "unacked_restore_throttle": 1,
+    }
+    ssl_options = redis_ssl_options(settings)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
+        broker_connection_retry_on_startup=True,
+        broker_use_ssl=ssl_options,
+        redis_backend_use_ssl=ssl_options,
+        result_expires=int(settings.result_expires),
+        result_extended=False,
+        task_queues=(Queue(CONTROL), Queue(EVENTS), Queue(CLUSTER_WRITES)),
+        task_default_queue=CONTROL,
+        task_routes=TASK_ROUTES,
+        task_track_started=False,
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        enable_utc=True,
+        timezone="UTC",
+        beat_schedule=beat_schedule(settings),
+        beat_scheduler="redbeat.RedBeatScheduler",
+        redbeat_redis_url=settings.redis_url,
+        redbeat_key_prefix=f"{settings.redis_key_prefix}redbeat:",
+        redbeat_lock_timeout=redbeat_lock_timeout(settings),
+        # Explicit (empty): RedBeat must not inherit the broker's transport options.
+        redbeat_redis_options={},
+        beat_max_loop_interval=max(1, int(min(settings.autoscale_interval, 5))),
+    )
+    return app
+
+
+app = create_app(get_settings())

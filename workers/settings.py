@@ -1,0 +1,87 @@
+"""The one place trainscaler reads its environment: ``TRAINSCALER_*`` variables.
+
+``Settings()`` is built once per process (see ``get_settings``) and passed
+down; nothing else reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINSCALER_", extra="ignore", frozen=True)
+
+    # --- Redis (broker, result backend, queue and state store) ---
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # For rediss:// URLs: certificate checking and an optional CA bundle.
+    redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
+    redis_ssl_ca_certs: str | None = None
+    redis_key_prefix: str = "trainscaler:"
+
+    # --- Celery runtime ---
+    # Longer than the longest single task run (a scale call with its lock wait).
+    broker_visibility_timeout: float = Field(default=600.0, gt=0)
+    # How often a worker returns messages of dead workers past the visibility timeout.
+    broker_restore_interval: float = Field(default=10.0, gt=0)
+    result_expires: float = Field(default=3600.0, gt=0)
+    autoscale_lock_ttl: float = Field(default=120.0, gt=0)
+    scale_lock_ttl: float = Field(default=60.0, gt=0)
+    schedule_batch: int = Field(default=200, ge=1)
+    decision_history: int = Field(default=200, ge=1)
+    dead_letter_max: int = Field(default=10_000, ge=1)
+    # Test-only: lets integration tests pause tasks and fail scale calls via Redis keys.
+    fault_injection: bool = False
+
+    # --- Periodic work (Celery beat / RedBeat) ---
+    autoscale_interval: float = Field(default=30.0, gt=0)
+    metrics_interval: float = Field(default=15.0, gt=0)
+    lease_sweep_interval: float = Field(default=5.0, gt=0)
+
+    # --- Policies ---
+    cluster_policy: str = "edl"
+    job_policy: str = "throughput"
+    max_load_desired: float = Field(default=0.97, gt=0, le=1)
+
+    # --- Queue ---
+    queue_max_length: int = Field(default=10_000, ge=1)
+    lease_seconds: float = Field(default=60.0, gt=0)
+
+    # --- Scale retries ---
+    scale_max_retries: int = Field(default=8, ge=0)
+    retry_backoff_base: float = Field(default=0.5, gt=0)
+    retry_backoff_max: float = Field(default=30.0, gt=0)
+
+    # --- Which adapters to use ---
+    scaler: Literal["kubernetes", "recording"] = "kubernetes"
+    metrics_source: Literal["reports", "prometheus"] = "reports"
+    prometheus_url: str = "http://127.0.0.1:9090"
+    prometheus_query: str = 'avg(trainscaler_epoch_seconds{job="{job}"})'
+    prometheus_timeout: float = Field(default=5.0, gt=0)
+    metrics_history: int = Field(default=100, ge=1)
+
+    # --- Kubernetes ---
+    kubeconfig: str | None = None
+    kube_in_cluster: bool = False
+    kube_qps: float = Field(default=20.0, gt=0)
+    kube_burst: int = Field(default=40, ge=1)
+    gpu_resource: str = "nvidia.com/gpu"
+    kube_namespace: str | None = None  # watch one namespace; None watches all
+    kube_field_manager: str = "trainscaler"
+    kube_cache_sync_timeout: float = Field(default=30.0, gt=0)
+    kube_watch_timeout_seconds: int = Field(default=300, ge=1)
+
+    # --- HTTP API ---
+    api_token: str | None = None
+    api_auth_disabled: bool = False
+    api_max_body_bytes: int = Field(default=1_048_576, ge=1)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment exactly once."""
+    return Settings()

@@ -1,0 +1,159 @@
+"""The Celery tasks: thin bindings of ``workers.handlers`` to task names and queues.
+
+A payload that fails validation is never retried: it is dead-lettered with
+its error and the task returns ``{"ok": False, "error": ...}``. ``scale``
+retries transient failures with exponential backoff and jitter up to
+``Settings.scale_max_retries``, then dead-letters the operation.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from typing import Any
+
+import redis
+from celery import Task
+from pydantic import ValidationError
+
+from scheduler_core.ports import PermanentScaleError, TransientScaleError
+from workers import handlers
+from workers.adapters.redis_queue import QueueFullError
+from workers.celery_app import app
+from workers.deadletters import validation_message
+from workers.settings import get_settings
+from workers.wiring import Runtime
+
+# Redis hiccups (a restart, a failover) are retried by Celery; the queue's
+# leases make the retried work safe.
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+REDIS_RETRY: dict[str, Any] = {
+    "autoretry_for": REDIS_ERRORS,
+    "retry_backoff": 0.2,
+    "retry_backoff_max": 5,
+    "retry_jitter": True,
+    "max_retries": 50,
+}
+
+
+@lru_cache(maxsize=1)
+def runtime() -> Runtime:
+    """This worker process's adapters, built on first use."""
+    return Runtime(get_settings())
+
+
+def _reject(rt: Runtime, task: str, payload: Any, error: str) -> dict[str, Any]:
+    letter = rt.dead_letters.add(task=task, payload=payload, error=error, at=rt.clock.now())
+    return {"ok": False, "error": letter.error, "dead_lettered": True}
+
+
+def _trigger_schedule(rt: Runtime) -> None:
+    # One schedule task in flight is enough: it drains the queue it finds.
+    if rt.store.claim_flag(handlers.SCHEDULE_FLAG, ttl=max(rt.settings.lease_seconds, 5.0)):
+        schedule.apply_async()
+
+
+def _send_scale(command: handlers.ScaleCommand) -> None:
+    scale.apply_async(args=[command.model_dump(mode="json")])
+
+
+@app.task(name="trainscaler.submit", bind=True, **REDIS_RETRY)
+def submit(self: Task, payload: Any = None) -> dict[str, Any]:
+    rt = runtime()
+    try:
+        job = handlers.accept_submission(rt, payload, submission_id=str(self.request.id))
+    except ValidationError as error:
+        return _reject(rt, "trainscaler.submit", payload, validation_message(error))
+    except QueueFullError as error:
+        return {"ok": False, "error": str(error)}
+    _trigger_schedule(rt)
+    return {"ok": True, "job": job}
+
+
+@app.task(name="trainscaler.report_epoch", **REDIS_RETRY)
+def report_epoch(payload: Any = None) -> dict[str, Any]:
+    rt = runtime()
+    try:
+        report = handlers.accept_report(rt, payload)
+    except ValidationError as error:
+        return _reject(rt, "trainscaler.report_epoch", payload, validation_message(error))
+    except QueueFullError as error:
+        return {"ok": False, "error": str(error)}
+    _trigger_schedule(rt)
+    return {"ok": True, "job": report.job}
+
+
+@app.task(name="trainscaler.schedule", **REDIS_RETRY)
+def schedule() -> dict[str, Any]:
+    rt = runtime()
+    # Cleared first: a push from now on triggers another run, so nothing waits unseen.
+    rt.store.clear_flag(handlers.SCHEDULE_FLAG)
+    summary = handlers.schedule_once(rt, send_scale=_send_scale)
+    if summary.more:
+        _trigger_schedule(rt)
+    return {
+        "deliveries": summary.deliveries,
+        "decisions": summary.decisions,
+        "scales": summary.scales,
+        "waiting": summary.waiting,
+    }
+
+
+@app.task(name="trainscaler.scale", bind=True, max_retries=None)
+def scale(self: Task, command: Any = None) -> dict[str, Any]:
+    rt = runtime()
+    try:
+        parsed = handlers.ScaleCommand.model_validate(command)
+    except ValidationError as error:
+        return _reject(rt, "trainscaler.scale", command, validation_message(error))
+    try:
+        outcome = handlers.apply_scale(rt, parsed)
+    except PermanentScaleError as error:
+        return _reject(rt, "trainscaler.scale", command, f"permanent: {error}")
+    except (TransientScaleError, handlers.ScaleLockBusy, *REDIS_ERRORS, OSError) as error:
+        retries = int(self.request.retries or 0)
+        if retries >= rt.settings.scale_max_retries:
+            return _reject(
+                rt, "trainscaler.scale", command, f"gave up after {retries} retries: {error}"
+            )
+        raise self.retry(exc=error, countdown=_backoff(rt, retries)) from error
+    return {"ok": True, "job": parsed.job, "generation": parsed.generation, "outcome": outcome}
+
+
+def _backoff(rt: Runtime, retries: int) -> float:
+    """Exponential backoff with full jitter, capped."""
+    ceiling = min(rt.settings.retry_backoff_max, rt.settings.retry_backoff_base * 2**retries)
+    return random.uniform(ceiling / 2, ceiling)
+
+
+@app.task(name="trainscaler.autoscale", bind=True, **REDIS_RETRY)
+def autoscale(self: Task) -> dict[str, Any]:
+    owner = f"{handlers.owner_id()}:{self.request.id}"
+    return handlers.autoscale_once(runtime(), send_scale=_send_scale, owner=owner)
+
+
+@app.task(name="trainscaler.fetch_metrics", **REDIS_RETRY)
+def fetch_metrics() -> dict[str, Any]:
+    return {"reports": handlers.fetch_metrics_once(runtime())}
+
+
+@app.task(name="trainscaler.finish", **REDIS_RETRY)
+def finish(job: Any = None) -> dict[str, Any]:
+    rt = runtime()
+    if not isinstance(job, str) or not job:
+        return _reject(rt, "trainscaler.finish", job, "job: expected a job key 'namespace/name'")
+    return handlers.finish_job(rt, job)
+
+
+@app.task(name="trainscaler.sweep_leases", **REDIS_RETRY)
+def sweep_leases() -> dict[str, Any]:
+    rt = runtime()
+    result = handlers.sweep_leases(rt)
+    if result["pending"]:
+        _trigger_schedule(rt)
+    return result
+
+
+@app.task(name="trainscaler.noop")
+def noop() -> None:
+    """Does nothing: the benchmark's ceiling for one task round trip on this broker."""

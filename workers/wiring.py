@@ -1,0 +1,144 @@
+"""The composition root: builds every adapter from ``Settings``.
+
+Tasks, the CLI and the API ask here for what they need; nothing else decides
+which implementation of a port is used. The Kubernetes adapters (owned by
+``workers.adapters.kubernetes``) are imported lazily, only when
+``Settings.scaler == "kubernetes"``, so the rest runs without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ssl
+import time
+from functools import cached_property
+from typing import Any
+
+import redis
+
+from scheduler_core.ports import Clock, ClusterReader, MetricsSource, ReplicaScaler
+from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
+from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
+from workers.adapters.redis_queue import RedisSchedulerQueue
+from workers.adapters.state_store import StateStore
+from workers.adapters.static_cluster import StaticClusterReader
+from workers.deadletters import DeadLetters
+from workers.settings import Settings
+
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+class SystemClock:
+    """The wall clock, injected wherever time is needed."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+def redis_ssl_options(settings: Settings) -> dict[str, Any] | None:
+    """TLS options for ``rediss://`` URLs (None for plain ``redis://``)."""
+    if not settings.redis_url.startswith("rediss://"):
+        return None
+    options: dict[str, Any] = {"ssl_cert_reqs": _CERT_REQS[settings.redis_ssl_cert_reqs]}
+    if settings.redis_ssl_ca_certs:
+        options["ssl_ca_certs"] = settings.redis_ssl_ca_certs
+    return options
+
+
+def build_redis(settings: Settings) -> redis.Redis:
+    options = redis_ssl_options(settings) or {}
+    return redis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=10.0,
+        socket_connect_timeout=5.0,
+        health_check_interval=15,
+        retry_on_timeout=True,
+        **options,
+    )
+
+
+def build_scaler(settings: Settings, *, client: redis.Redis, clock: Clock) -> ReplicaScaler:
+    """The replica scaler port: Kubernetes scale subresource, or the recording one."""
+    if settings.scaler == "kubernetes":
+        kubernetes = importlib.import_module("workers.adapters.kubernetes")
+        scaler: ReplicaScaler = kubernetes.build_scaler(settings)
+        return scaler
+    faults = FaultInjector(
+        client, prefix=settings.redis_key_prefix, enabled=settings.fault_injection
+    )
+    return RecordingScaler(client, prefix=settings.redis_key_prefix, clock=clock, faults=faults)
+
+
+def build_cluster_reader(settings: Settings, *, client: redis.Redis) -> ClusterReader:
+    """The cluster reader port: Kubernetes, or the static description in Redis."""
+    if settings.scaler == "kubernetes":
+        kubernetes = importlib.import_module("workers.adapters.kubernetes")
+        reader: ClusterReader = kubernetes.build_cluster_reader(settings)
+        return reader
+    return StaticClusterReader(client, prefix=settings.redis_key_prefix)
+
+
+def build_metrics_source(settings: Settings, *, store: StateStore, clock: Clock) -> MetricsSource:
+    if settings.metrics_source == "prometheus":
+        return PrometheusSource(
+            url=settings.prometheus_url,
+            query_template=settings.prometheus_query,
+            store=store,
+            clock=clock,
+            timeout=settings.prometheus_timeout,
+        )
+    return PushedReportsSource(store)
+
+
+class Runtime:
+    """Every adapter one worker process uses, built on first use."""
+
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return build_redis(self.settings)
+
+    @cached_property
+    def queue(self) -> RedisSchedulerQueue:
+        return RedisSchedulerQueue(
+            self.redis,
+            prefix=self.settings.redis_key_prefix,
+            max_length=self.settings.queue_max_length,
+        )
+
+    @cached_property
+    def store(self) -> StateStore:
+        return StateStore(
+            self.redis,
+            prefix=self.settings.redis_key_prefix,
+            history=self.settings.decision_history,
+        )
+
+    @cached_property
+    def dead_letters(self) -> DeadLetters:
+        return DeadLetters(
+            self.redis,
+            prefix=self.settings.redis_key_prefix,
+            max_length=self.settings.dead_letter_max,
+        )
+
+    @cached_property
+    def faults(self) -> FaultInjector:
+        return FaultInjector(
+            self.redis, prefix=self.settings.redis_key_prefix, enabled=self.settings.fault_injection
+        )
+
+    @cached_property
+    def scaler(self) -> ReplicaScaler:
+        return build_scaler(self.settings, client=self.redis, clock=self.clock)
+
+    @cached_property
+    def cluster_reader(self) -> ClusterReader:
+        return build_cluster_reader(self.settings, client=self.redis)
+
+    @cached_property
+    def metrics_source(self) -> MetricsSource:
+        return build_metrics_source(self.settings, store=self.store, clock=self.clock)
