@@ -21,6 +21,7 @@ from scheduler_core.policies.base import (
     PolicyState,
 )
 from scheduler_core.policies.edl import EdlPolicy
+from scheduler_core.policies.goodput import GoodputPolicy
 from scheduler_core.policies.static import StaticPolicy
 from scheduler_core.policies.throughput import ThroughputPolicy
 from scheduler_core.policies.tiresias import TiresiasPolicy
@@ -33,6 +34,7 @@ POLICIES: Mapping[str, AnyPolicy] = MappingProxyType(
         ThroughputPolicy.name: ThroughputPolicy(),
         StaticPolicy.name: StaticPolicy(),
         TiresiasPolicy.name: TiresiasPolicy(),
+        GoodputPolicy.name: GoodputPolicy(),
     }
 )
 

@@ -15,7 +15,7 @@ workers beat`` (RedBeat scheduler, set here), ``celery -A workers flower``.
 from __future__ import annotations
 
 from celery import Celery
-from kombu import Queue
+from kombu import Queue  # type: ignore[attr-defined]
 
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
 from workers.settings import Settings, get_settings
@@ -68,11 +68,10 @@ def create_app(settings: Settings) -> Celery:
         redis_backend_use_ssl=ssl_options,
         result_expires=int(settings.result_expires),
         result_extended=False,
-        task_queues=(Queue(CONTROL), Queue(EVENTS), Queue(CLUSTER_WRITES)),
+        task_queues=tuple(Queue(name) for name in (CONTROL, EVENTS, CLUSTER_WRITES)),  # type: ignore[no-untyped-call]
         task_default_queue=CONTROL,
         task_routes=TASK_ROUTES,
         task_track_started=False,
-        worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         enable_utc=True,
         timezone="UTC",

@@ -7,14 +7,16 @@ follow-up tasks through the ``send_scale`` callback they pass in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from redis.exceptions import LockError
 
 from scheduler_core.models import (
     ClusterResource,
@@ -107,7 +109,7 @@ class _Outcome:
     changed: bool = False
     reserved: int = 0
     released: int = 0
-    per_replica: Resources = Resources()
+    per_replica: Resources = field(default_factory=Resources)
 
 
 @dataclass(frozen=True)
@@ -207,9 +209,10 @@ def _schedule_delivery(rt: Runtime, delivery: Delivery) -> _Outcome:
             return None
         return outcome.new_state, outcome.cursor, outcome.record
 
-    outcome = rt.store.schedule_transaction(
-        job, policy, compute, commit, on_conflict=lambda o: _undo(rt, o, kind=o.kind)
-    )
+    def undo(outcome: _Outcome) -> None:
+        _undo(rt, outcome, kind=outcome.kind)
+
+    outcome = rt.store.schedule_transaction(job, policy, compute, commit, on_conflict=undo)
     if outcome.released:
         rt.store.release(per_replica, outcome.released)
     return outcome
@@ -352,12 +355,8 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
 
 def _release(lock: Any) -> None:
     # Released only by its owner; an expired lock is simply gone.
-    from redis.exceptions import LockError
-
-    try:
+    with contextlib.suppress(LockError):
         lock.release()
-    except LockError:
-        pass
 
 
 # --- autoscale --------------------------------------------------------------------------
@@ -368,6 +367,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
     settings = rt.settings
     lock = rt.store.lock("autoscale", ttl=settings.autoscale_lock_ttl)
     if not lock.acquire(blocking=False):
+        rt.store.count_skipped_run()
         return {"ran": False, "note": "another autoscale run holds the lock"}
     started = rt.clock.now()
     run_id = rt.store.next_run_id()

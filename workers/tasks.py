@@ -9,6 +9,7 @@ retries transient failures with exponential backoff and jitter up to
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -36,6 +37,12 @@ REDIS_RETRY: dict[str, Any] = {
 }
 
 
+def _task(**options: Any) -> Callable[[Callable[..., Any]], Task]:
+    """``app.task`` with a type: Celery's decorator is untyped."""
+    decorator: Callable[[Callable[..., Any]], Task] = app.task(**options)
+    return decorator
+
+
 @lru_cache(maxsize=1)
 def runtime() -> Runtime:
     """This worker process's adapters, built on first use."""
@@ -57,7 +64,7 @@ def _send_scale(command: handlers.ScaleCommand) -> None:
     scale.apply_async(args=[command.model_dump(mode="json")])
 
 
-@app.task(name="trainscaler.submit", bind=True, **REDIS_RETRY)
+@_task(name="trainscaler.submit", bind=True, **REDIS_RETRY)
 def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
@@ -70,7 +77,7 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     return {"ok": True, "job": job}
 
 
-@app.task(name="trainscaler.report_epoch", **REDIS_RETRY)
+@_task(name="trainscaler.report_epoch", **REDIS_RETRY)
 def report_epoch(payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
@@ -83,7 +90,7 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
     return {"ok": True, "job": report.job}
 
 
-@app.task(name="trainscaler.schedule", **REDIS_RETRY)
+@_task(name="trainscaler.schedule", **REDIS_RETRY)
 def schedule() -> dict[str, Any]:
     rt = runtime()
     # Cleared first: a push from now on triggers another run, so nothing waits unseen.
@@ -99,7 +106,7 @@ def schedule() -> dict[str, Any]:
     }
 
 
-@app.task(name="trainscaler.scale", bind=True, max_retries=None)
+@_task(name="trainscaler.scale", bind=True, max_retries=None)
 def scale(self: Task, command: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
@@ -126,18 +133,18 @@ def _backoff(rt: Runtime, retries: int) -> float:
     return random.uniform(ceiling / 2, ceiling)
 
 
-@app.task(name="trainscaler.autoscale", bind=True, **REDIS_RETRY)
+@_task(name="trainscaler.autoscale", bind=True, **REDIS_RETRY)
 def autoscale(self: Task) -> dict[str, Any]:
     owner = f"{handlers.owner_id()}:{self.request.id}"
     return handlers.autoscale_once(runtime(), send_scale=_send_scale, owner=owner)
 
 
-@app.task(name="trainscaler.fetch_metrics", **REDIS_RETRY)
+@_task(name="trainscaler.fetch_metrics", **REDIS_RETRY)
 def fetch_metrics() -> dict[str, Any]:
     return {"reports": handlers.fetch_metrics_once(runtime())}
 
 
-@app.task(name="trainscaler.finish", **REDIS_RETRY)
+@_task(name="trainscaler.finish", **REDIS_RETRY)
 def finish(job: Any = None) -> dict[str, Any]:
     rt = runtime()
     if not isinstance(job, str) or not job:
@@ -145,7 +152,7 @@ def finish(job: Any = None) -> dict[str, Any]:
     return handlers.finish_job(rt, job)
 
 
-@app.task(name="trainscaler.sweep_leases", **REDIS_RETRY)
+@_task(name="trainscaler.sweep_leases", **REDIS_RETRY)
 def sweep_leases() -> dict[str, Any]:
     rt = runtime()
     result = handlers.sweep_leases(rt)
@@ -154,6 +161,6 @@ def sweep_leases() -> dict[str, Any]:
     return result
 
 
-@app.task(name="trainscaler.noop")
+@_task(name="trainscaler.noop")
 def noop() -> None:
     """Does nothing: the benchmark's ceiling for one task round trip on this broker."""

@@ -77,8 +77,10 @@ class _Job:
     placements: dict[str, int] = field(default_factory=dict)
 
     order: tuple[float, int, int, int, str] = (0.0, 0, 0, 0, "")
+    ties: tuple[int, int, int, str] = (0, 0, 0, "")
 
     def __post_init__(self) -> None:
+        self.ties = (self.gpu_limit, self.cpu, self.mem, self.key)
         self.refresh_order()
 
     def refresh_order(self) -> None:
@@ -88,10 +90,10 @@ class _Job:
         """
         span = self.max - self.min
         fulfillment = 1.0 if span == 0 else (self.planned - self.min) / span
-        self.order = (fulfillment, self.gpu_limit, self.cpu, self.mem, self.key)
+        self.order = (fulfillment, *self.ties)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Totals:
     """Cluster-wide requests and limits, and the caps they must stay under."""
 
@@ -381,7 +383,7 @@ def _decision(flat: _Job, totals: _Totals) -> ScalingDecision:
         current=flat.current,
         target=flat.planned,
         reason=Reason(rule=rule, message=message, numbers=numbers),
-        placements=dict(sorted(flat.placements.items())),
+        placements=flat.placements,
     )
 
 

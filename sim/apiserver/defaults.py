@@ -166,7 +166,7 @@ def initial_status(resource_type: ResourceType, obj: JsonObject) -> Any:
     if kind == "Pod":
         return {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
     if kind in ("StatefulSet", "ReplicaSet"):
-        return {"replicas": 0, "availableReplicas": 0}
+        return {"replicas": 0, "availableReplicas": 0} if kind == "StatefulSet" else {"replicas": 0}
     if kind in ("Deployment", "Job", "Service"):
         return {"loadBalancer": {}} if kind == "Service" else {}
     if kind == "Namespace":

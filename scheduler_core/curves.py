@@ -1,0 +1,147 @@
+"""Scaling curves learned from epoch reports, for the ``goodput`` policy.
+
+A job's work is counted in *units*: iterations when its reports carry them
+(``EpochReport.iterations``), else epochs. Each clean report (an epoch that
+ran entirely at one size, after the last restart) gives one measurement of
+seconds per unit at its replica count; measurements are averaged per replica
+count. Only placements packed on the fewest nodes are kept, so a curve is
+"seconds per unit at n replicas, packed".
+
+A :class:`Curve` answers, from those points alone (no fitted shape):
+
+* ``unit_time(n)``: measured where measured; between measured counts,
+  interpolated linearly in GPU-seconds per unit; below the smallest, perfect
+  scaling is assumed; above the largest, no further speedup, except that while
+  the curve still scales (efficiency at the largest count >= the threshold) up
+  to twice the largest count is predicted at that same efficiency: that is
+  the probe worth making (KubeML's +1, doubling so that finding the knee
+  costs log(n) restarts instead of n);
+* ``efficiency(n)``: speedup per replica against one replica (one replica's
+  time is measured, or bounded by the best GPU-seconds per unit seen);
+* ``efficient_size(threshold)``: the largest measured count whose efficiency
+  is at least ``threshold``, and whether a probe beyond it is due.
+
+Everything is stdlib: this module is part of the pure core.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+
+class CurvePoint(BaseModel):
+    """Mean seconds per unit of work at ``replicas`` (packed), over ``samples`` epochs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replicas: int
+    seconds_per_unit: float
+    samples: int = 1
+
+
+def add_point(
+    points: list[CurvePoint], replicas: int, seconds_per_unit: float, *, limit: int
+) -> list[CurvePoint]:
+    """``points`` with one more measurement folded in; at most ``limit`` counts kept.
+
+    Samples are capped so a count's mean keeps following slow drift.
+    """
+    out = [p for p in points if p.replicas != replicas]
+    old = next((p for p in points if p.replicas == replicas), None)
+    if old is None:
+        new = CurvePoint(replicas=replicas, seconds_per_unit=seconds_per_unit)
+    else:
+        samples = min(old.samples, 15)
+        mean = (old.seconds_per_unit * samples + seconds_per_unit) / (samples + 1)
+        new = CurvePoint(replicas=replicas, seconds_per_unit=mean, samples=samples + 1)
+    out.append(new)
+    if len(out) > limit:
+        # Keep the most sampled counts, always including the newest one.
+        keep = sorted(out[:-1], key=lambda p: (-p.samples, p.replicas))[: limit - 1]
+        out = [*keep, new]
+    return sorted(out, key=lambda p: p.replicas)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Seconds per unit by replica count, from measured points."""
+
+    replicas: tuple[int, ...]
+    seconds: tuple[float, ...]
+    threshold: float
+
+    @classmethod
+    def from_points(cls, layers: Iterable[Iterable[CurvePoint]], *, threshold: float) -> Curve:
+        """Later layers override earlier ones at the same count (job over application)."""
+        table: dict[int, float] = {}
+        for layer in layers:
+            for point in layer:
+                if point.seconds_per_unit > 0 and point.replicas > 0:
+                    table[point.replicas] = point.seconds_per_unit
+        ordered = sorted(table)
+        return cls(tuple(ordered), tuple(table[n] for n in ordered), threshold)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.replicas)
+
+    @property
+    def largest(self) -> int:
+        return self.replicas[-1] if self.replicas else 0
+
+    def one_replica_time(self) -> float:
+        if self.replicas and self.replicas[0] == 1:
+            return self.seconds[0]
+        return min(n * t for n, t in zip(self.replicas, self.seconds, strict=True))
+
+    def efficiency(self, replicas: int) -> float:
+        return self.one_replica_time() / (replicas * self.unit_time(replicas))
+
+    def still_scaling(self) -> bool:
+        """The largest measured count is still efficient: a larger one may be too."""
+        return self.known and self.efficiency(self.largest) >= self.threshold
+
+    def unit_time(self, replicas: int) -> float:
+        ns, ts = self.replicas, self.seconds
+        if not ns:
+            raise ValueError("no measurements")
+        if replicas <= ns[0]:
+            return ts[0] * ns[0] / max(replicas, 1)
+        if replicas >= ns[-1]:
+            top = ns[-1]
+            if replicas > top and self.still_scaling():
+                # Probe prediction: the same GPU-seconds per unit up to twice the top.
+                return ts[-1] * top / min(replicas, 2 * top)
+            return ts[-1]
+        i = bisect.bisect_left(ns, replicas)
+        if ns[i] == replicas:
+            return ts[i]
+        n0, n1 = ns[i - 1], ns[i]
+        g0, g1 = n0 * ts[i - 1], n1 * ts[i]
+        return (g0 + (g1 - g0) * (replicas - n0) / (n1 - n0)) / replicas
+
+    def efficient_size(self, max_replicas: int) -> tuple[int, bool]:
+        """(largest measured count at or above the threshold, probe beyond it due)."""
+        best = self.replicas[0]
+        for n in self.replicas:
+            if n <= max_replicas and self.efficiency(n) >= self.threshold:
+                best = n
+        best = min(best, max_replicas)
+        probe = self.still_scaling() and self.largest < max_replicas and best == self.largest
+        return best, probe
+
+
+def packed_nodes(replicas: int, gpus_per_node: int) -> int:
+    """Fewest nodes that hold ``replicas`` one-GPU replicas."""
+    return -(-replicas // max(gpus_per_node, 1))
+
+
+def curve_layers(
+    app_points: Mapping[str, list[CurvePoint]], application: str | None, own: list[CurvePoint]
+) -> list[list[CurvePoint]]:
+    shared = app_points.get(application, []) if application is not None else []
+    return [shared, own]

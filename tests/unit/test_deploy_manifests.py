@@ -1,0 +1,286 @@
+"""deploy/: every manifest validated offline, the CRD identical to crd.py, RBAC exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, render_yaml
+from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS, Permission
+from workers.adapters.kubernetes.selectors import from_label_selector
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S_VERSION = kubernetes_validate.latest_version()
+MANIFESTS = sorted(p for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def all_documents() -> list[dict[str, Any]]:
+    return [doc for path in MANIFESTS for doc in documents(path)]
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    matches = [
+        d for d in all_documents() if d["kind"] == kind and d["metadata"]["name"] == name
+    ]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
+    return matches[0]
+
+
+def pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_manifest_validates_strictly(path: Path) -> None:
+    docs = documents(path)
+    assert docs, f"{path.name} is empty"
+    for doc in docs:
+        # Raises ValidationError on any schema violation or unknown field.
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_validator_rejects_a_broken_manifest() -> None:
+    broken = documents(DEPLOY / "workers.yaml")[0]
+    broken["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert kustomization["namespace"] == "trainscaler"
+    assert sorted(kustomization["resources"]) == sorted(p.name for p in MANIFESTS)
+
+
+def test_namespaced_objects_live_in_the_trainscaler_namespace() -> None:
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for doc in all_documents():
+        if doc["kind"] not in cluster_scoped:
+            assert doc["metadata"].get("namespace") == "trainscaler", doc["metadata"]["name"]
+
+
+# --- the CRD -------------------------------------------------------------------
+
+
+def test_crd_yaml_is_generated_from_crd_py() -> None:
+    text = (DEPLOY / "crd.yaml").read_text()
+    assert yaml.safe_load(text) == ELASTICJOB_CRD
+    assert text == render_yaml(), "regenerate: python -m workers.adapters.kubernetes.crd"
+
+
+def _version() -> dict[str, Any]:
+    version: dict[str, Any] = ELASTICJOB_CRD["spec"]["versions"][0]
+    return version
+
+
+def test_crd_identity_and_subresources() -> None:
+    spec = ELASTICJOB_CRD["spec"]
+    assert ELASTICJOB_CRD["metadata"]["name"] == "elasticjobs.trainscaler.io"
+    assert spec["group"] == "trainscaler.io"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["shortNames"] == ["ej"]
+    assert _version()["name"] == "v1alpha1"
+    assert _version()["subresources"] == {"status": {}}
+
+
+def test_crd_schema_enforces_replica_bounds() -> None:
+    spec_schema = _version()["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    props = spec_schema["properties"]
+    assert props["minReplicas"]["minimum"] == 0
+    assert props["maxReplicas"]["minimum"] == 0
+    rules = [v["rule"] for v in spec_schema["x-kubernetes-validations"]]
+    assert any("self.minReplicas <= self.maxReplicas" in rule for rule in rules)
+    assert set(spec_schema["required"]) == {"scaleTargetRef", "maxReplicas"}
+    assert set(props["scaleTargetRef"]["required"]) == {"apiVersion", "kind", "name"}
+    assert {"policy", "defaultParallelism", "paused"} <= set(props)
+
+
+def test_crd_status_and_printer_columns() -> None:
+    status = _version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert {
+        "currentReplicas",
+        "desiredReplicas",
+        "lastScaleTime",
+        "lastDecision",
+        "observedGeneration",
+        "conditions",
+    } <= set(status)
+    assert set(status["lastDecision"]["properties"]) == {"policy", "rule", "reason"}
+    condition_types = status["conditions"]["items"]["properties"]["type"]["enum"]
+    assert condition_types == ["Ready", "ScalingActive", "ScalingLimited"]
+    columns = {c["name"]: c["jsonPath"] for c in _version()["additionalPrinterColumns"]}
+    assert columns == {
+        "Min": ".spec.minReplicas",
+        "Max": ".spec.maxReplicas",
+        "Current": ".status.currentReplicas",
+        "Desired": ".status.desiredReplicas",
+        "Policy": ".spec.policy",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+# --- RBAC ----------------------------------------------------------------------
+
+
+def granted(role: dict[str, Any]) -> set[Permission]:
+    permissions = set()
+    for rule in role["rules"]:
+        assert "nonResourceURLs" not in rule and "resourceNames" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), f"wildcard in {rule}"
+                    permissions.add(Permission(group, resource, verb))
+    return permissions
+
+
+def test_cluster_role_grants_exactly_what_the_adapter_uses() -> None:
+    role = find("ClusterRole", "trainscaler-autoscaler")
+    assert granted(role) == set(REQUIRED_PERMISSIONS)
+
+
+def test_required_permissions_are_read_only_except_scale_status_and_events() -> None:
+    writes = {p for p in REQUIRED_PERMISSIONS if p.verb not in {"get", "list", "watch"}}
+    assert writes == {
+        Permission("apps", "deployments/scale", "update"),
+        Permission("apps", "statefulsets/scale", "update"),
+        Permission("apps", "replicasets/scale", "update"),
+        Permission("batch", "jobs", "patch"),
+        Permission("trainscaler.io", "elasticjobs/status", "update"),
+        Permission("", "events", "create"),
+    }
+
+
+def test_binding_gives_the_role_to_the_service_account() -> None:
+    binding = find("ClusterRoleBinding", "trainscaler-autoscaler")
+    account = find("ServiceAccount", "trainscaler")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "trainscaler-autoscaler",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainscaler", "namespace": "trainscaler"}
+    ]
+    assert account["metadata"]["namespace"] == "trainscaler"
+
+
+# --- workloads -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["worker", "beat", "flower", "api"])
+def test_deployment_selectors_match_their_pods(name: str) -> None:
+    deployment = find("Deployment", f"trainscaler-{name}")
+    assert from_label_selector(deployment["spec"]["selector"]).matches(pod_labels(deployment))
+    assert container(deployment)["image"].startswith("trainscaler:")
+
+
+def test_workers_two_replicas_with_celery_ping_probes() -> None:
+    workers = find("Deployment", "trainscaler-worker")
+    assert workers["spec"]["replicas"] == 2
+    assert workers["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
+    main = container(workers)
+    assert main["command"][:4] == ["celery", "-A", "workers", "worker"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = " ".join(main[probe]["exec"]["command"])
+        assert "celery -A workers inspect ping -d celery@$HOSTNAME" in command
+
+
+def test_beat_runs_redbeat_with_two_replicas() -> None:
+    beat = find("Deployment", "trainscaler-beat")
+    assert beat["spec"]["replicas"] == 2
+    assert "--scheduler=redbeat.RedBeatScheduler" in container(beat)["command"]
+
+
+def test_flower_basic_auth_comes_from_a_secret() -> None:
+    flower = find("Deployment", "trainscaler-flower")
+    env = {e["name"]: e for e in container(flower)["env"]}
+    reference = env["FLOWER_BASIC_AUTH"]["valueFrom"]["secretKeyRef"]
+    secret = find("Secret", reference["name"])
+    assert reference["key"] in secret["stringData"]
+
+
+def test_api_serves_on_port_8000() -> None:
+    api = find("Deployment", "trainscaler-api")
+    main = container(api)
+    assert main["command"][:2] == ["trainscaler", "api"]
+    assert [p["containerPort"] for p in main["ports"]] == [8000]
+    assert find("Service", "trainscaler-api")["spec"]["ports"][0]["port"] == 8000
+
+
+def test_redis_is_persistent_and_password_protected() -> None:
+    redis = find("StatefulSet", "trainscaler-redis")
+    main = container(redis)
+    assert "--appendonly yes" in " ".join(main["args"])
+    assert '--requirepass "$REDIS_PASSWORD"' in " ".join(main["args"])
+    env = {e["name"]: e for e in main["env"]}
+    reference = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert reference["key"] in find("Secret", reference["name"])["stringData"]
+    claims = redis["spec"]["volumeClaimTemplates"]
+    assert [c["metadata"]["name"] for c in claims] == ["data"]
+    assert {"name": "data", "mountPath": "/data"} in main["volumeMounts"]
+    service = find("Service", "trainscaler-redis")
+    assert from_label_selector({"matchLabels": service["spec"]["selector"]}).matches(
+        pod_labels(redis)
+    )
+
+
+def test_pdb_covers_the_workers() -> None:
+    pdb = find("PodDisruptionBudget", "trainscaler-worker")
+    selector = from_label_selector(pdb["spec"]["selector"])
+    assert selector.matches(pod_labels(find("Deployment", "trainscaler-worker")))
+    assert not selector.matches(pod_labels(find("Deployment", "trainscaler-beat")))
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_only_trainscaler_pods_reach_redis() -> None:
+    redis_pods = pod_labels(find("StatefulSet", "trainscaler-redis"))
+    policies = [
+        d
+        for d in all_documents()
+        if d["kind"] == "NetworkPolicy"
+        and from_label_selector(d["spec"]["podSelector"]).matches(redis_pods)
+    ]
+    ingress_policies = [p for p in policies if "Ingress" in p["spec"]["policyTypes"]]
+    assert ingress_policies, "no ingress policy isolates Redis"
+    peers = [
+        from_label_selector(peer["podSelector"])
+        for policy in ingress_policies
+        for rule in policy["spec"].get("ingress", [])
+        for peer in rule["from"]
+    ]
+
+    def allowed(labels: dict[str, str]) -> bool:
+        return any(peer.matches(labels) for peer in peers)
+
+    for name in ("worker", "beat", "flower", "api"):
+        assert allowed(pod_labels(find("Deployment", f"trainscaler-{name}"))), name
+    assert not allowed({"app": "training-job"})
+    assert not allowed({"app.kubernetes.io/name": "trainscaler"})
+    # No namespaceSelector or ipBlock peers: other namespaces stay out.
+    for policy in ingress_policies:
+        for rule in policy["spec"].get("ingress", []):
+            assert all(set(peer) == {"podSelector"} for peer in rule["from"])
+
+
+def test_dockerfile_installs_the_project_on_python_311_slim() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    from_lines = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert from_lines == ["FROM python:3.11-slim"]
+    assert "pip install ." in text

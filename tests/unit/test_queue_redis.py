@@ -1,0 +1,141 @@
+"""The SchedulerQueue's guarantees, against a real redis-server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from workers.adapters.redis_queue import TRAIN, WAIT, QueueFullError, RedisSchedulerQueue
+from workers.adapters.redis_server import EmbeddedRedis
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis")) as embedded:
+        yield embedded
+
+
+@pytest.fixture
+def client(server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(server.url)
+    connection.flushall()
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def queue(client: redis.Redis) -> RedisSchedulerQueue:
+    return RedisSchedulerQueue(client, prefix="t:", max_length=5)
+
+
+def test_fifo_and_train_before_wait(queue: RedisSchedulerQueue) -> None:
+    queue.push_entry(WAIT, "w1", {"n": 1}, now=1.0)
+    queue.push_entry(TRAIN, "a", {"n": 2}, now=2.0)
+    queue.push_entry(TRAIN, "b", {"n": 3}, now=3.0)
+    order = []
+    while (delivery := queue.pop_delivery(lease_seconds=10, now=4.0)) is not None:
+        order.append((delivery.queue, delivery.item_id))
+        assert queue.ack_delivery(delivery)
+    assert order == [(TRAIN, "a"), (TRAIN, "b"), (WAIT, "w1")]
+    assert queue.depths() == {TRAIN: 0, WAIT: 0}
+
+
+def test_newer_report_merges_into_the_pending_item(queue: RedisSchedulerQueue) -> None:
+    assert queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)[0] is False
+    assert queue.push_entry(TRAIN, "a", {"epoch": 2}, now=2.0)[0] is True
+    assert queue.depths()[TRAIN] == 1
+    delivery = queue.pop_delivery(lease_seconds=10, now=3.0)
+    assert delivery is not None
+    assert [e.data["epoch"] for e in delivery.entries] == [1, 2]
+    assert delivery.entries[0].seq < delivery.entries[1].seq
+
+
+def test_a_job_in_flight_is_skipped_and_its_new_report_waits(queue: RedisSchedulerQueue) -> None:
+    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
+    first = queue.pop_delivery(lease_seconds=10, now=1.0)
+    assert first is not None
+    queue.push_entry(TRAIN, "a", {"epoch": 2}, now=2.0)
+    queue.push_entry(TRAIN, "b", {"epoch": 1}, now=2.0)
+    second = queue.pop_delivery(lease_seconds=10, now=2.0)
+    assert second is not None and second.item_id == "b"
+    assert queue.pop_delivery(lease_seconds=10, now=2.0) is None
+    assert queue.ack_delivery(first)
+    third = queue.pop_delivery(lease_seconds=10, now=3.0)
+    assert third is not None and third.item_id == "a"
+    assert [e.data["epoch"] for e in third.entries] == [2]
+
+
+def test_expired_lease_returns_to_the_front_merged_before_newer(
+    queue: RedisSchedulerQueue,
+) -> None:
+    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
+    queue.push_entry(TRAIN, "b", {"epoch": 1}, now=1.5)
+    lost = queue.pop_delivery(lease_seconds=5, now=2.0)
+    assert lost is not None and lost.item_id == "a"
+    queue.push_entry(TRAIN, "a", {"epoch": 2}, now=3.0)
+    assert queue.return_expired(now=6.0) == 0
+    assert queue.return_expired(now=7.5) == 1
+    assert queue.items(TRAIN) == ["a", "b"]
+    again = queue.pop_delivery(lease_seconds=5, now=8.0)
+    assert again is not None and again.item_id == "a"
+    assert [e.data["epoch"] for e in again.entries] == [1, 2]
+    assert again.enqueued_at == 1.0
+    # The worker that lost its lease cannot ack the redelivered item away.
+    assert not queue.ack_delivery(lost)
+    assert queue.ack_delivery(again)
+
+
+def test_pop_returns_expired_items_itself(queue: RedisSchedulerQueue) -> None:
+    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
+    assert queue.pop_delivery(lease_seconds=1, now=1.0) is not None
+    assert queue.pop_delivery(lease_seconds=1, now=1.5) is None
+    redelivered = queue.pop_delivery(lease_seconds=1, now=2.5)
+    assert redelivered is not None and redelivered.item_id == "a"
+
+
+def test_bounded_length(queue: RedisSchedulerQueue) -> None:
+    for n in range(5):
+        queue.push_entry(TRAIN, f"j{n}", {"n": n}, now=1.0)
+    with pytest.raises(QueueFullError, match="train queue is full"):
+        queue.push_entry(TRAIN, "j5", {"n": 5}, now=1.0)
+    for n in range(4):
+        queue.push_entry(TRAIN, "j0", {"n": n}, now=1.0)
+    with pytest.raises(QueueFullError, match="pending entries"):
+        queue.push_entry(TRAIN, "j0", {"n": 9}, now=1.0)
+
+
+def test_stats_and_remove(queue: RedisSchedulerQueue) -> None:
+    queue.push_entry(TRAIN, "a", {"n": 1}, now=10.0)
+    queue.push_entry(TRAIN, "b", {"n": 1}, now=12.0)
+    queue.push_entry(WAIT, "c", {"n": 1}, now=11.0)
+    assert queue.pop_delivery(lease_seconds=10, now=13.0) is not None
+    stats = queue.stats(now=20.0)
+    assert stats[TRAIN].depth == 1 and stats[TRAIN].in_flight == 1
+    assert stats[TRAIN].oldest_age_s == pytest.approx(8.0)
+    assert stats[WAIT].oldest_age_s == pytest.approx(9.0)
+    assert queue.remove("a") == 1
+    assert queue.remove("b") == 1
+    assert queue.stats(now=20.0)[TRAIN].depth == 0
+
+
+def test_nack_puts_back_in_front(queue: RedisSchedulerQueue) -> None:
+    queue.push_entry(WAIT, "a", {"n": 1}, now=1.0)
+    queue.push_entry(WAIT, "b", {"n": 1}, now=2.0)
+    first = queue.pop_delivery(lease_seconds=10, now=3.0)
+    assert first is not None and queue.nack_delivery(first)
+    assert queue.items(WAIT) == ["a", "b"]
+
+
+def test_port_form_round_trip(queue: RedisSchedulerQueue) -> None:
+    queue.push(TRAIN, "a", {"epoch": 3})
+    popped = queue.pop(lease_seconds=10)
+    assert popped is not None
+    name, delivery_id, payload = popped
+    assert name == TRAIN and payload == {"item_id": "a", "entries": [{"epoch": 3}]}
+    queue.ack(name, delivery_id)
+    assert queue.stats(now=0.0)[TRAIN].in_flight == 0
