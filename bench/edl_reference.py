@@ -2,7 +2,8 @@
 
 Same fixed semantics as ``scheduler_core.policies.edl`` (consistent caps, GPU
 in the node fit, best-fit node choice, full tie-break), but the reference's
-loop structure: every round re-sorts every candidate and dry-runs each, and
+loop structure: every round re-sorts every candidate with EDL's ``Less``
+comparison (Go's ``sort.Sort``) and dry-runs each in both directions, and
 each node search scans every node. ``bench/planner.py`` checks that both give
 identical plans and reports how much faster the production planner is.
 """
@@ -10,6 +11,7 @@ identical plans and reports how much faster the production planner is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cmp_to_key
 
 from scheduler_core.models import ClusterResource, ElasticJob
 from scheduler_core.policies.edl import candidates, load_cap
@@ -52,18 +54,25 @@ def literal_plan(
     diff = {job.key: 0 for job in chosen}
     placements: dict[str, dict[str, int]] = {job.key: {} for job in chosen}
 
-    def sort_key(job: ElasticJob) -> tuple[float, int, int, int, str]:
-        return (
-            job.fulfillment_at(job.current_replicas + diff[job.key]),
-            job.limits.gpu,
-            job.requests.cpu_milli,
-            job.requests.memory_mega,
-            job.key,
-        )
+    def less(a: ElasticJob, b: ElasticJob) -> int:
+        """EDL ``trainingjobList.Less`` (as a cmp for ``sort``), with the fixed tie-break."""
+        score_a = a.fulfillment_at(a.current_replicas + diff[a.key])
+        score_b = b.fulfillment_at(b.current_replicas + diff[b.key])
+        if score_a != score_b:
+            return -1 if score_a < score_b else 1
+        for left, right in (
+            (a.limits.gpu, b.limits.gpu),
+            (a.requests.cpu_milli, b.requests.cpu_milli),
+            (a.requests.memory_mega, b.requests.memory_mega),
+        ):
+            if left != right:
+                return -1 if left < right else 1
+        return -1 if a.key < b.key else (1 if a.key > b.key else 0)
 
     while True:
         no_change = True
-        ordered = sorted(chosen, key=sort_key)
+        # EDL: sortedJobs() filters and sort.Sort()s every candidate every round.
+        ordered = sorted(chosen, key=cmp_to_key(less))
         for job in ordered:
             additional = _dry_run_up(r, job, diff[job.key], placements[job.key])
             diff[job.key] += additional

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import LockError
 
 from scheduler_core.models import (
@@ -56,12 +56,17 @@ class ScaleCommand(BaseModel):
     generation: int
     reason: Reason
     source: Literal["schedule", "autoscale"]
+    # Retries so far (exponential backoff with jitter between them).
+    attempt: int = Field(default=0, ge=0)
 
     def reason_text(self) -> str:
         return f"gen {self.generation} {self.reason.rule}: {self.reason.message}"
 
 
 SendScale = Callable[[ScaleCommand], None]
+SendScales = Callable[[list[ScaleCommand]], None]
+# Commands per ``scale`` task sent by one schedule run.
+SCALE_BATCH = 50
 
 
 def owner_id() -> str:
@@ -121,19 +126,40 @@ class ScheduleSummary:
     more: bool = False
 
 
-def schedule_once(rt: Runtime, *, send_scale: SendScale) -> ScheduleSummary:
-    """Pop items (train queue first), run each job's policy, send scales, ack."""
+def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
+    """Pop items (train queue first), run each job's policy, send scales, ack.
+
+    Scale commands go out in batches (one ``scale`` task per batch) and the
+    deliveries they came from are acked only after their batch was sent: a
+    worker dying in between leaves the deliveries to expire and be redone.
+    """
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
+    requests = _plan_requests(rt)
+    unacked: list[Delivery] = []
+    commands: list[ScaleCommand] = []
+
+    def flush() -> None:
+        nonlocal scales
+        if commands:
+            send_scales(list(commands))
+            scales += len(commands)
+            commands.clear()
+        if unacked:
+            rt.queue.ack_deliveries(unacked)
+            unacked.clear()
+
+    more = True
     while deliveries < rt.settings.schedule_batch:
         delivery = rt.queue.pop_delivery(
             lease_seconds=rt.settings.lease_seconds, now=rt.clock.now(), queues=queues
         )
         if delivery is None:
-            return ScheduleSummary(deliveries, decisions, scales, waiting)
+            more = False
+            break
         deliveries += 1
         rt.faults.pause("schedule", delivery.item_id)
-        outcome = _schedule_delivery(rt, delivery)
+        outcome = _schedule_delivery(rt, delivery, requests)
         if outcome.kind == "no_room":
             # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
             rt.queue.nack_delivery(delivery)
@@ -143,20 +169,24 @@ def schedule_once(rt: Runtime, *, send_scale: SendScale) -> ScheduleSummary:
         if outcome.kind == "decided":
             decisions += 1
         if outcome.changed and outcome.record is not None:
-            send_scale(_command(outcome.record))
-            scales += 1
+            commands.append(_command(outcome.record))
         elif outcome.kind == "nothing_new":
-            scales += _resend_unapplied(rt, delivery.item_id, send_scale)
-        rt.queue.ack_delivery(delivery)
-    return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
+            unsent = _unapplied_command(rt, delivery.item_id)
+            if unsent is not None:
+                commands.append(unsent)
+        unacked.append(delivery)
+        if len(unacked) >= SCALE_BATCH:
+            flush()
+    flush()
+    return ScheduleSummary(deliveries, decisions, scales, waiting, more=more)
 
 
-def _schedule_delivery(rt: Runtime, delivery: Delivery) -> _Outcome:
+def _schedule_delivery(rt: Runtime, delivery: Delivery, requests: dict[str, Resources]) -> _Outcome:
     job = delivery.item_id
     record = rt.store.get_job(job)
     policy = record.policy if record is not None else rt.settings.job_policy
     elastic = _elastic_job(record)
-    per_replica = _per_replica(rt, job)
+    per_replica = requests.get(job, Resources())
     admission = delivery.queue == WAIT
     if admission and (record is None or record.finished_at is not None):
         return _Outcome(kind="nothing_new")
@@ -277,11 +307,10 @@ def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
     )
 
 
-def _per_replica(rt: Runtime, job: str) -> Resources:
+def _plan_requests(rt: Runtime) -> dict[str, Resources]:
+    """Per-replica requests of the jobs in the newest plan (read once per schedule run)."""
     plan = rt.store.latest_plan()
-    if plan is None:
-        return Resources()
-    return plan.requests.get(job, Resources())
+    return dict(plan.requests) if plan is not None else {}
 
 
 def _command(record: DecisionRecord) -> ScaleCommand:
@@ -295,19 +324,15 @@ def _command(record: DecisionRecord) -> ScaleCommand:
     )
 
 
-def _resend_unapplied(rt: Runtime, job: str, send_scale: SendScale) -> int:
-    """A redelivered item whose decision was recorded but maybe never sent: send again."""
+def _unapplied_command(rt: Runtime, job: str) -> ScaleCommand | None:
+    """A redelivered item whose decision was recorded but maybe never sent: send it again."""
     generation = rt.store.generation(job)
     applied = rt.store.applied(job)
     if generation == 0 or (applied is not None and applied.generation >= generation):
-        return 0
-    newest = next(
-        (d for d in rt.store.decisions(job, limit=20) if d.generation == generation), None
-    )
-    if newest is None:
-        return 0
-    send_scale(_command(newest))
-    return 1
+        return None
+    decisions = rt.store.decisions(job, limit=20)
+    newest = next((d for d in decisions if d.generation == generation), None)
+    return _command(newest) if newest is not None else None
 
 
 # --- scale ------------------------------------------------------------------------------
@@ -327,10 +352,9 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
     if not lock.acquire():
         raise ScaleLockBusy(f"scale lock of {command.job} busy for {ttl}s")
     try:
-        newest = rt.store.generation(command.job)
+        newest, applied = rt.store.generation_and_applied(command.job)
         if command.generation < newest:
             return f"superseded by generation {newest}"
-        applied = rt.store.applied(command.job)
         if applied is not None and applied.generation >= command.generation:
             return f"already applied (generation {applied.generation})"
         current = rt.scaler.current_replicas(command.job)

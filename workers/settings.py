@@ -75,10 +75,21 @@ class Settings(BaseSettings):
     kube_cache_sync_timeout: float = Field(default=30.0, gt=0)
     kube_watch_timeout_seconds: int = Field(default=300, ge=1)
 
+    # --- Trace-driven simulator (``trainscaler simulate``) ---
+    # Folder of the measured traces and workloads; None = ../shared/data/pollux beside the repo.
+    pollux_data_dir: str | None = None
+
     # --- HTTP API ---
     api_token: str | None = None
     api_auth_disabled: bool = False
     api_max_body_bytes: int = Field(default=1_048_576, ge=1)
+    # Where the CLI's client commands (submit, report, jobs, status) find the API.
+    api_url: str = "http://127.0.0.1:8000"
+
+    # --- Logging ---
+    # "json": one JSON object per line (deployments); "text": readable lines (terminal).
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 @lru_cache(maxsize=1)

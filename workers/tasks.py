@@ -61,7 +61,11 @@ def _trigger_schedule(rt: Runtime) -> None:
 
 
 def _send_scale(command: handlers.ScaleCommand) -> None:
-    scale.apply_async(args=[command.model_dump(mode="json")])
+    _send_scales([command])
+
+
+def _send_scales(commands: list[handlers.ScaleCommand], *, countdown: float | None = None) -> None:
+    scale.apply_async(args=[[c.model_dump(mode="json") for c in commands]], countdown=countdown)
 
 
 @_task(name="trainscaler.submit", bind=True, **REDIS_RETRY)
@@ -90,12 +94,14 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
     return {"ok": True, "job": report.job}
 
 
-@_task(name="trainscaler.schedule", **REDIS_RETRY)
+# Internal tasks: their outcomes live in Redis (decisions, applied targets,
+# dead letters), so no result is stored for them.
+@_task(name="trainscaler.schedule", ignore_result=True, **REDIS_RETRY)
 def schedule() -> dict[str, Any]:
     rt = runtime()
     # Cleared first: a push from now on triggers another run, so nothing waits unseen.
     rt.store.clear_flag(handlers.SCHEDULE_FLAG)
-    summary = handlers.schedule_once(rt, send_scale=_send_scale)
+    summary = handlers.schedule_once(rt, send_scales=_send_scales)
     if summary.more:
         _trigger_schedule(rt)
     return {
@@ -106,25 +112,37 @@ def schedule() -> dict[str, Any]:
     }
 
 
-@_task(name="trainscaler.scale", bind=True, max_retries=None)
-def scale(self: Task, command: Any = None) -> dict[str, Any]:
+@_task(name="trainscaler.scale", ignore_result=True, **REDIS_RETRY)
+def scale(commands: Any = None) -> dict[str, Any]:
+    """Apply one scale command, or a list of them (one schedule run's batch)."""
     rt = runtime()
+    batch = commands if isinstance(commands, list) else [commands]
+    outcomes = [_apply_one(rt, raw) for raw in batch]
+    return {"outcomes": outcomes}
+
+
+def _apply_one(rt: Runtime, raw: Any) -> str:
     try:
-        parsed = handlers.ScaleCommand.model_validate(command)
+        command = handlers.ScaleCommand.model_validate(raw)
     except ValidationError as error:
-        return _reject(rt, "trainscaler.scale", command, validation_message(error))
+        return str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
     try:
-        outcome = handlers.apply_scale(rt, parsed)
+        return handlers.apply_scale(rt, command)
     except PermanentScaleError as error:
-        return _reject(rt, "trainscaler.scale", command, f"permanent: {error}")
-    except (TransientScaleError, handlers.ScaleLockBusy, *REDIS_ERRORS, OSError) as error:
-        retries = int(self.request.retries or 0)
-        if retries >= rt.settings.scale_max_retries:
-            return _reject(
-                rt, "trainscaler.scale", command, f"gave up after {retries} retries: {error}"
+        _reject(rt, "trainscaler.scale", raw, f"permanent: {error}")
+        return "dead-lettered"
+    except (TransientScaleError, handlers.ScaleLockBusy, OSError) as error:
+        # Redis errors are not caught here: Celery retries the whole (idempotent) task.
+        if command.attempt >= rt.settings.scale_max_retries:
+            _reject(
+                rt, "trainscaler.scale", raw, f"gave up after {command.attempt} retries: {error}"
             )
-        raise self.retry(exc=error, countdown=_backoff(rt, retries)) from error
-    return {"ok": True, "job": parsed.job, "generation": parsed.generation, "outcome": outcome}
+            return "dead-lettered"
+        delay = _backoff(rt, command.attempt)
+        retry = command.model_copy(update={"attempt": command.attempt + 1})
+        # Only this command is retried, on its own, after the backoff.
+        _send_scales([retry], countdown=delay)
+        return f"retrying in {delay:.2f}s: {error}"
 
 
 def _backoff(rt: Runtime, retries: int) -> float:

@@ -18,6 +18,7 @@ import redis
 
 from scheduler_core.ports import Clock, ClusterReader, MetricsSource, ReplicaScaler
 from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
+from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
 from workers.adapters.state_store import StateStore
@@ -133,7 +134,10 @@ class Runtime:
 
     @cached_property
     def scaler(self) -> ReplicaScaler:
-        return build_scaler(self.settings, client=self.redis, clock=self.clock)
+        # KubeML parameter-server mode: a job with a ps_url is scaled through its server.
+        return with_parameter_servers(
+            build_scaler(self.settings, client=self.redis, clock=self.clock), store=self.store
+        )
 
     @cached_property
     def cluster_reader(self) -> ClusterReader:

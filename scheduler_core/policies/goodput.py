@@ -38,18 +38,26 @@ What it decides
 * **Remaining time** R(n) = remaining units x seconds per unit at n.
   Remaining units come from the application's measured total (an earlier job
   of it finished), else from (N - k) x the last epoch's units.
-* **Order.** Jobs by R at their efficient size, shortest first, minus
-  ``aging`` x seconds spent waiting (so every wait is bounded). A job with no
-  estimate (no curve yet, or no epoch count N) is ranked at
-  ``unknown_remaining_s`` and admitted only into GPUs that are free now, never
-  by preempting.
+* **Order.** Jobs by remaining service, least first: (R at the efficient
+  size - ``aging`` x seconds spent waiting) x the efficient size (so every
+  wait is bounded; ``rank_by_service=False`` ranks by R alone). A running job
+  counts as ``running_priority`` times shorter, so only a clearly shorter job
+  preempts it. A job with no estimate (no curve yet, or no epoch count N) is
+  ranked at ``unknown_remaining_s``; one whose estimate has not settled (fewer
+  than ``settle_epochs`` epochs and no finished job of its application) at
+  most there; both are admitted only into GPUs that are free now, never by
+  preempting.
 * **Size.** Each job in turn gets its efficient size: the largest measured n
   with speedup(n)/n >= ``efficiency_threshold`` (or the probe), as far as GPUs
   last. A running job keeps its size unless the change is forced (GPUs go to
   higher-ranked jobs) or the predicted saving beats ``hold_factor`` x
   ``restart_s`` (and ``hold_fraction`` of its remaining time).
 * **Leftovers** go, a chunk at a time, to the job whose remaining time drops
-  most per added GPU, under the same hold rule.
+  most per added GPU, within its measured range, under the same hold rule.
+* **Packing.** Sizes are node-friendly (1, 2, 4, then whole nodes) and a
+  start into free GPUs carries a placement hint on the fewest nodes; if the
+  free GPUs are too scattered, it starts at the largest size that packs (when
+  that is at least half).
 * GPUs in use never pass ``max_load_desired`` x ``gpu_total``; targets stay
   within [min, max]; paused jobs are untouched. The placement itself (fewest
   nodes) is left to the runtime.
@@ -58,62 +66,59 @@ What it decides
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from scheduler_core.curves import Curve, CurvePoint, add_point, packed_nodes
+from scheduler_core.curves import Curve
+from scheduler_core.goodput_books import (
+    GoodputApp,
+    GoodputJob,
+    Limits,
+    account_time,
+    ingest_reports,
+    is_running,
+    remaining_units,
+)
 from scheduler_core.models import (
     ElasticJob,
-    EpochReport,
-    JobPhase,
     Reason,
     ScalingDecision,
     ScalingPlan,
 )
+from scheduler_core.node_packing import node_friendly, packable, take_packed
 from scheduler_core.policies.base import LoadCap, PolicyInput, PolicyResult, PolicyState
 
 
 class GoodputParams(LoadCap):
+    """Tuned on workloads 1-4 of the Pollux traces (docs/simulator.md)."""
+
+    # Efficient size: the largest n with speedup(n)/n at least this.
     efficiency_threshold: float = Field(default=0.8, gt=0, le=1)
+    # What a resize costs the job (checkpoint and restart), in seconds.
     restart_s: float = Field(default=30.0, ge=0)
+    # Hold rule: a voluntary resize must save more than hold_factor x restart_s
+    # and more than hold_fraction of the job's remaining time.
     hold_factor: float = Field(default=2.0, ge=0)
     hold_fraction: float = Field(default=0.05, ge=0)
-    aging: float = Field(default=0.1, ge=0)
+    # Seconds of rank a waiting job gains per second waited (bounds every wait).
+    aging: float = Field(default=0.3, ge=0)
+    # A running job is ranked as if its remaining time were this many times
+    # shorter: a waiting job preempts it only when clearly shorter (hysteresis).
+    running_priority: float = Field(default=2.0, ge=1)
+    # Remaining time assumed for a job nothing is known about yet.
     unknown_remaining_s: float = Field(default=3600.0, gt=0)
+    # Epochs a job must report before its own remaining-work estimate is trusted.
+    settle_epochs: int = Field(default=3, ge=1)
+    # GPUs leftovers never take, so arrivals start without shrinking anyone.
+    leftover_reserve: int = Field(default=0, ge=0)
+    # Rank by remaining GPU-seconds (time x efficient size, Tiresias's second
+    # dimension) rather than remaining seconds: measured 3-5% better on 1-4.
+    rank_by_service: bool = True
+    # Bounds of the state: curve points per job and application, applications.
     history: int = Field(default=8, ge=1)
     max_applications: int = Field(default=256, ge=1)
-
-
-class GoodputJob(BaseModel):
-    """What the policy remembers of one job."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    application: str | None = None
-    arrival: float = 0.0
-    total_epochs: int | None = None
-    epochs_done: int = 0
-    units_done: float = 0.0
-    last_epoch_units: float | None = None
-    # When the policy last changed the job's size (its epochs before are mixed).
-    last_change: float | None = None
-    size: int = 0
-    waited_s: float = 0.0
-    attained_gpu_s: float = 0.0
-    points: list[CurvePoint] = Field(default_factory=list)
-
-
-class GoodputApp(BaseModel):
-    """What jobs of one application measured."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    points: list[CurvePoint] = Field(default_factory=list)
-    total_units: float | None = None
-    epoch_units: float | None = None
-    last_used: float = 0.0
 
 
 class GoodputState(PolicyState):
@@ -135,8 +140,10 @@ class _Plan:
     want: int
     probe: bool
     rank_s: float
+    settled: bool
     alloc: int = 0
     rank: int = 0
+    placements: dict[str, int] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -158,19 +165,25 @@ class GoodputPolicy:
     ) -> PolicyResult[GoodputState]:
         cluster = request.cluster
         gpus_per_node = cluster.gpu_total // cluster.node_count if cluster.node_count else 1
-        jobs_by_key = {job.key: job for job in request.jobs}
-        books, apps = _ingest(request, state, params, jobs_by_key, gpus_per_node)
-        books = _account(request, state, books)
+        limits = Limits(
+            restart_s=params.restart_s,
+            history=params.history,
+            max_applications=params.max_applications,
+            gpus_per_node=gpus_per_node,
+        )
+        books, apps = ingest_reports(request, state.jobs, state.apps, limits)
+        books = account_time(request, state.last_now, books)
         plans = [_estimate(job, books[job.key], apps, params) for job in request.jobs]
         budget = math.floor(cluster.gpu_total * params.max_load_desired)
-        free_now = sum(cluster.nodes.nodes_gpu_free.values())
-        _allocate(plans, budget, free_now, params)
+        _allocate(plans, budget, cluster.nodes.nodes_gpu_free, gpus_per_node, params)
         decisions = []
         for plan in plans:
             decision, book = _decision(plan, params, request.now)
             decisions.append(decision)
             books[plan.job.key] = book
-        plan_out = ScalingPlan(policy=self.name, decisions=tuple(sorted(decisions, key=lambda d: d.job)))
+        plan_out = ScalingPlan(
+            policy=self.name, decisions=tuple(sorted(decisions, key=lambda d: d.job))
+        )
         new_state = GoodputState.model_construct(jobs=books, apps=apps, last_now=request.now)
         return PolicyResult(plan=plan_out, state=new_state)
 
@@ -182,113 +195,6 @@ class GoodputPolicy:
         )
 
 
-# --- learning from reports ---------------------------------------------------------
-
-
-def _ingest(
-    request: PolicyInput,
-    state: GoodputState,
-    params: GoodputParams,
-    jobs_by_key: dict[str, ElasticJob],
-    gpus_per_node: int,
-) -> tuple[dict[str, GoodputJob], dict[str, GoodputApp]]:
-    books = dict(state.jobs)
-    apps = dict(state.apps)
-    for job in request.jobs:
-        if job.key not in books:
-            books[job.key] = GoodputJob(application=job.application, arrival=request.now)
-    for report in request.reports:
-        book = books.get(report.job)
-        if book is None:
-            continue  # a job the policy never saw: nothing to attribute it to
-        book, apps = _ingest_one(report, book, apps, params, gpus_per_node, request.now)
-        books[report.job] = book
-    # Jobs no longer in the cluster are forgotten once their last reports are in.
-    books = {k: v for k, v in books.items() if k in jobs_by_key}
-    if len(apps) > params.max_applications:
-        keep = sorted(apps.items(), key=lambda kv: -kv[1].last_used)[: params.max_applications]
-        apps = dict(keep)
-    return books, apps
-
-
-def _ingest_one(
-    report: EpochReport,
-    book: GoodputJob,
-    apps: dict[str, GoodputApp],
-    params: GoodputParams,
-    gpus_per_node: int,
-    now: float,
-) -> tuple[GoodputJob, dict[str, GoodputApp]]:
-    total = report.total_epochs if report.total_epochs is not None else book.total_epochs
-    if report.epoch_time_s is None:
-        # First contact: the submission time and the epoch count.
-        update: dict[str, object] = {"total_epochs": total}
-        if book.epochs_done == 0 and book.units_done == 0:
-            update["arrival"] = min(book.arrival, report.at)
-        return book.model_copy(update=update), apps
-    units = float(report.iterations) if report.iterations else 1.0
-    epochs_done = report.epoch if report.epoch is not None else book.epochs_done + 1
-    units_done = book.units_done + units
-    points = book.points
-    app_key = book.application
-    app = apps.get(app_key) if app_key is not None else None
-    app_points = app.points if app is not None else []
-    # A clean epoch ran wholly at one size: it began after the last restart.
-    began = report.at - report.epoch_time_s
-    clean = book.last_change is None or began >= book.last_change + params.restart_s - 1e-6
-    packed = report.nodes is None or report.nodes == packed_nodes(report.replicas, gpus_per_node)
-    if clean and packed and report.replicas > 0:
-        seconds = report.epoch_time_s / units
-        points = add_point(points, report.replicas, seconds, limit=params.history)
-        app_points = add_point(app_points, report.replicas, seconds, limit=params.history)
-    if app_key is not None:
-        old = app or GoodputApp()
-        epoch_units = units if old.epoch_units is None else 0.8 * old.epoch_units + 0.2 * units
-        total_units = old.total_units
-        if total is not None and epochs_done >= total:
-            # The job finished: its application's total work is now measured.
-            total_units = units_done if total_units is None else 0.5 * (total_units + units_done)
-        apps = {
-            **apps,
-            app_key: GoodputApp(
-                points=app_points, total_units=total_units, epoch_units=epoch_units, last_used=now
-            ),
-        }
-    new_book = book.model_copy(
-        update={
-            "total_epochs": total,
-            "epochs_done": epochs_done,
-            "units_done": units_done,
-            "last_epoch_units": units,
-            "points": points,
-        }
-    )
-    return new_book, apps
-
-
-def _account(
-    request: PolicyInput, state: GoodputState, books: dict[str, GoodputJob]
-) -> dict[str, GoodputJob]:
-    """Seconds waited and GPU-seconds attained since the last round."""
-    out: dict[str, GoodputJob] = {}
-    for job in request.jobs:
-        book = books[job.key]
-        since = book.arrival if state.last_now is None else max(state.last_now, book.arrival)
-        elapsed = max(0.0, request.now - since)
-        if _running(job):
-            book = book.model_copy(
-                update={"attained_gpu_s": book.attained_gpu_s + elapsed * job.current_replicas}
-            )
-        elif elapsed > 0:
-            book = book.model_copy(update={"waited_s": book.waited_s + elapsed})
-        out[job.key] = book
-    return out
-
-
-def _running(job: ElasticJob) -> bool:
-    return job.phase == JobPhase.RUNNING and job.current_replicas > 0
-
-
 # --- estimating --------------------------------------------------------------------
 
 
@@ -298,35 +204,40 @@ def _estimate(
     app = apps.get(book.application) if book.application is not None else None
     layers = [app.points if app is not None else [], book.points]
     curve: Curve | None = Curve.from_points(layers, threshold=params.efficiency_threshold)
+    provisional = False
+    if curve is not None and not curve.known and book.provisional is not None:
+        curve = Curve.from_points([[book.provisional]], threshold=params.efficiency_threshold)
+        provisional = True
     if curve is not None and not curve.known:
         curve = None
-    remaining = _remaining_units(book, app)
-    running = job.current_replicas if _running(job) else 0
+    remaining, settled = remaining_units(book, app, params.settle_epochs)
+    running = job.current_replicas if is_running(job) else 0
     requested = job.clamp(job.default_parallelism)
     if curve is None or remaining is None:
         # Nothing known: its requested size, ranked by a prior, only into free GPUs.
         rank_s = params.unknown_remaining_s - params.aging * book.waited_s
-        return _Plan(job, book, running, None, None, requested, requested, False, rank_s)
-    efficient, probe = curve.efficient_size(job.max_replicas)
+        if params.rank_by_service:
+            rank_s *= requested
+        return _Plan(job, book, running, None, None, requested, requested, False, rank_s, False)
+    if provisional:
+        # Only a mixed or spread-out measurement: rank by it, size as asked.
+        efficient, probe = requested, False
+    else:
+        efficient, probe = curve.efficient_size(job.max_replicas)
     efficient = job.clamp(efficient)
     want = efficient
     if probe:
         want = job.clamp(2 * efficient)
-    plan = _Plan(job, book, running, curve, remaining, efficient, want, probe, 0.0)
-    plan.rank_s = plan.remaining_s(efficient) - params.aging * book.waited_s
+    plan = _Plan(job, book, running, curve, remaining, efficient, want, probe, 0.0, settled)
+    estimate = plan.remaining_s(efficient)
+    if not settled:
+        # An unsettled estimate ranks no later than the blind prior and, like a
+        # blind job, only takes free GPUs: it runs to learn, without preempting.
+        estimate = min(estimate, params.unknown_remaining_s)
+    plan.rank_s = estimate - params.aging * book.waited_s
+    if params.rank_by_service:
+        plan.rank_s *= efficient
     return plan
-
-
-def _remaining_units(book: GoodputJob, app: GoodputApp | None) -> float | None:
-    if book.total_epochs is None:
-        return None  # ranked by attained service instead (Tiresias-like)
-    if app is not None and app.total_units is not None and app.total_units > book.units_done:
-        return app.total_units - book.units_done
-    left_epochs = max(book.total_epochs - book.epochs_done, 0)
-    per_epoch = book.last_epoch_units or (app.epoch_units if app is not None else None)
-    if per_epoch is None:
-        return None
-    return max(left_epochs * per_epoch, 1.0)
 
 
 # --- allocating --------------------------------------------------------------------
@@ -341,47 +252,83 @@ def _worth(plan: _Plan, size: int, params: GoodputParams) -> bool:
     return saving > max(params.hold_factor * params.restart_s, params.hold_fraction * before)
 
 
-def _allocate(plans: list[_Plan], budget: int, free_now: int, params: GoodputParams) -> None:
+def _allocate(
+    plans: list[_Plan],
+    budget: int,
+    node_free: dict[str, int],
+    gpus_per_node: int,
+    params: GoodputParams,
+) -> None:
     for plan in plans:
         if plan.job.paused:
             plan.alloc = plan.running
             budget -= plan.running
-    order = sorted(
-        (p for p in plans if not p.job.paused),
-        key=lambda p: (p.rank_s, p.book.arrival, p.job.key),
-    )
+
+    def key(plan: _Plan) -> tuple[float, float, str]:
+        rank_s = plan.rank_s
+        if plan.running:
+            rank_s = rank_s / params.running_priority if rank_s > 0 else rank_s
+        return (rank_s, plan.book.arrival, plan.job.key)
+
+    order = sorted((p for p in plans if not p.job.paused), key=key)
+    free = dict(node_free)
     # Free GPUs that no job holds now: the only room an unknown job may take.
-    unclaimed = free_now
+    unclaimed = sum(free.values())
     for rank, plan in enumerate(order):
         plan.rank = rank
         want = plan.want
-        if plan.running and not plan.known:
-            want = plan.running
-        elif plan.running and want != plan.running and not _worth(plan, want, params):
-            want = plan.running
-        if not plan.known:
-            size = min(want, budget, plan.running + unclaimed)
+        if not plan.known or not plan.settled:
+            # Blind: keep what it runs with, grow only into GPUs nobody holds.
+            size = min(max(plan.running, min(want, plan.running + unclaimed)), budget)
+            if size != plan.running:
+                size = node_friendly(size, gpus_per_node)
         else:
-            size = min(want, budget)
+            size = node_friendly(min(want, budget), gpus_per_node)
+        if (
+            plan.running
+            and plan.known
+            and size != plan.running
+            and budget >= plan.running  # a forced shrink is not a choice
+            and not _worth(plan, size, params)
+        ):
+            size = plan.running
+        if plan.running == 0 and 0 < size <= unclaimed:
+            # A start into free GPUs: on as few nodes as the job's size needs,
+            # smaller if the free GPUs are too scattered for that.
+            fits = packable(size, free, gpus_per_node)
+            if 2 * fits >= size:
+                # Half the size on one node beats all of it scattered.
+                size = fits
+                plan.placements = take_packed(size, free)
         if size < plan.job.min_replicas:
-            size = 0
+            size, plan.placements = 0, {}
         plan.alloc = size
         budget -= size
-        unclaimed -= max(0, size - plan.running)
-        unclaimed = max(unclaimed, 0)
-    _share_leftovers(order, budget, params)
+        unclaimed = max(unclaimed - max(0, size - plan.running), 0)
+    _share_leftovers(order, budget - params.leftover_reserve, gpus_per_node, params)
 
 
-def _share_leftovers(order: list[_Plan], left: int, params: GoodputParams) -> None:
+def _share_leftovers(
+    order: list[_Plan], left: int, gpus_per_node: int, params: GoodputParams
+) -> None:
     """Leftover GPUs, a chunk at a time, to the largest remaining-time drop per GPU."""
     while left > 0:
         best: tuple[float, int, _Plan] | None = None
         for plan in order:
-            if not plan.known or plan.alloc <= 0 or plan.alloc >= plan.job.max_replicas:
+            if (
+                not plan.known
+                or plan.running == 0  # a start keeps its packed size this round
+                or plan.alloc <= 0
+                or plan.alloc >= plan.job.max_replicas
+            ):
                 continue
             now_s = plan.remaining_s(plan.alloc)
-            top = min(plan.job.max_replicas, plan.alloc + left)
+            # Only where measurements say it helps; probing is the ranked pass's job.
+            largest = plan.curve.largest if plan.curve is not None else 0
+            top = min(plan.job.max_replicas, plan.alloc + left, largest)
             for size in range(plan.alloc + 1, top + 1):
+                if size != node_friendly(size, gpus_per_node):
+                    continue
                 gain = now_s - plan.remaining_s(size)
                 if gain <= 0:
                     continue
@@ -442,6 +389,7 @@ def _decision(plan: _Plan, params: GoodputParams, now: float) -> tuple[ScalingDe
         current=job.current_replicas,
         target=target,
         reason=Reason(rule=rule, message=message, numbers=numbers),
+        placements=plan.placements if target == plan.alloc and plan.running == 0 else {},
     )
     book = plan.book
     if target != plan.running:

@@ -59,7 +59,9 @@ class StaticPolicy:
                 free -= _gpus(job, wanted)
             else:
                 target, rule = 0, "static.wait"
-                message = f"waits: needs {_gpus(job, wanted)} GPUs, {free} free (later jobs may backfill)"
+                message = (
+                    f"waits: needs {_gpus(job, wanted)} GPUs, {free} free (later jobs may backfill)"
+                )
             decisions.append(
                 ScalingDecision(
                     job=job.key,

@@ -57,7 +57,9 @@ class TiresiasPolicy:
         cluster = request.cluster
         budget = int(cluster.gpu_total * params.max_load_desired)
         node_free = dict(cluster.nodes.nodes_gpu_free)
-        order = sorted(request.jobs, key=lambda j: (books[j.key].queue, books[j.key].arrival, j.key))
+        order = sorted(
+            request.jobs, key=lambda j: (books[j.key].queue, books[j.key].arrival, j.key)
+        )
         decisions: list[ScalingDecision] = []
         for rank, job in enumerate(order):
             book = books[job.key]
@@ -98,7 +100,9 @@ class TiresiasPolicy:
                     placements=placements,
                 )
             )
-        plan = ScalingPlan(policy=self.name, decisions=tuple(sorted(decisions, key=lambda d: d.job)))
+        plan = ScalingPlan(
+            policy=self.name, decisions=tuple(sorted(decisions, key=lambda d: d.job))
+        )
         return PolicyResult(plan=plan, state=TiresiasState(jobs=books, last_now=request.now))
 
     def forget(self, state: TiresiasState, job: str) -> TiresiasState:

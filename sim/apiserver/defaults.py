@@ -24,10 +24,16 @@ def validate_name(resource_type: ResourceType, name: str) -> None:
     kind = resource_type.kind
     pattern, limit = (_DNS_LABEL, 63) if kind in _LABEL_NAMED else (_DNS_SUBDOMAIN, 253)
     if not name:
-        raise invalid(kind, name, "metadata.name: Required value: name or generateName is required")
+        raise invalid(
+            kind, name, cause="metadata.name: Required value: name or generateName is required"
+        )
     if len(name) > limit or not pattern.match(name):
-        raise invalid(kind, name, f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 '
-                      "name must consist of lower case alphanumeric characters, '-' or '.'")
+        raise invalid(
+            kind,
+            name,
+            cause=f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 '
+            "name must consist of lower case alphanumeric characters, '-' or '.'",
+        )
 
 
 def _default_container(container: JsonObject) -> None:
@@ -59,20 +65,20 @@ def default_pod_spec(spec: JsonObject) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
 
 
-def _validate_pod_spec(kind: str, name: str, spec: Any, *, path: str) -> None:
+def _validate_pod_spec(kind: str, name: str, *, spec: Any, path: str) -> None:
     if not isinstance(spec, dict):
-        raise invalid(kind, name, f"{path}: Required value")
+        raise invalid(kind, name, cause=f"{path}: Required value")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise invalid(kind, name, f"{path}.containers: Required value")
+        raise invalid(kind, name, cause=f"{path}.containers: Required value")
     seen: set[str] = set()
     for index, container in enumerate(containers):
         if not isinstance(container, dict) or not container.get("name"):
-            raise invalid(kind, name, f"{path}.containers[{index}].name: Required value")
+            raise invalid(kind, name, cause=f"{path}.containers[{index}].name: Required value")
         if not container.get("image"):
-            raise invalid(kind, name, f"{path}.containers[{index}].image: Required value")
+            raise invalid(kind, name, cause=f"{path}.containers[{index}].image: Required value")
         if container["name"] in seen:
-            raise invalid(kind, name, f"{path}.containers[{index}].name: Duplicate value")
+            raise invalid(kind, name, cause=f"{path}.containers[{index}].name: Duplicate value")
         seen.add(container["name"])
 
 
@@ -90,28 +96,36 @@ def qos_class(spec: JsonObject) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def _validate_template_selector(kind: str, name: str, spec: JsonObject) -> None:
+def _validate_template_selector(kind: str, name: str, *, spec: JsonObject) -> None:
     selector = spec.get("selector")
     if not isinstance(selector, dict) or not (
         selector.get("matchLabels") or selector.get("matchExpressions")
     ):
-        raise invalid(kind, name, "spec.selector: Required value")
+        raise invalid(kind, name, cause="spec.selector: Required value")
     template = spec.get("template")
     if not isinstance(template, dict):
-        raise invalid(kind, name, "spec.template: Required value")
+        raise invalid(kind, name, cause="spec.template: Required value")
     labels = (template.get("metadata") or {}).get("labels") or {}
     if not selector_from_object(selector).matches(labels):
-        raise invalid(kind, name, "spec.template.metadata.labels: Invalid value: "
-                      "`selector` does not match template `labels`")
-    _validate_pod_spec(kind, name, template.get("spec"), path="spec.template.spec")
+        raise invalid(
+            kind,
+            name,
+            cause="spec.template.metadata.labels: Invalid value: "
+            "`selector` does not match template `labels`",
+        )
+    _validate_pod_spec(kind, name, spec=template.get("spec"), path="spec.template.spec")
 
 
-def _replicas_ok(kind: str, name: str, spec: JsonObject, field: str = "replicas") -> None:
+def _replicas_ok(kind: str, name: str, *, spec: JsonObject, field: str = "replicas") -> None:
     replicas = spec.get(field)
-    if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool)
-                                 or replicas < 0):
-        raise invalid(kind, name, f"spec.{field}: Invalid value: {replicas!r}: must be greater "
-                      "than or equal to 0")
+    if replicas is not None and (
+        not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0
+    ):
+        raise invalid(
+            kind,
+            name,
+            cause=f"spec.{field}: Invalid value: {replicas!r}: must be greater than or equal to 0",
+        )
 
 
 def apply_defaults(resource_type: ResourceType, obj: JsonObject) -> None:
@@ -129,14 +143,20 @@ def apply_defaults(resource_type: ResourceType, obj: JsonObject) -> None:
         if kind != "Job":
             spec.setdefault("replicas", 1)
         if kind == "Deployment":
-            spec.setdefault("strategy", {"type": "RollingUpdate", "rollingUpdate": {
-                "maxUnavailable": "25%", "maxSurge": "25%"}})
+            spec.setdefault(
+                "strategy",
+                {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
+                },
+            )
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
         elif kind == "StatefulSet":
             spec.setdefault("podManagementPolicy", "OrderedReady")
-            spec.setdefault("updateStrategy", {"type": "RollingUpdate",
-                                               "rollingUpdate": {"partition": 0}})
+            spec.setdefault(
+                "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+            )
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("serviceName", "")
         elif kind == "Job":
@@ -171,6 +191,8 @@ def initial_status(resource_type: ResourceType, obj: JsonObject) -> Any:
         return {"loadBalancer": {}} if kind == "Service" else {}
     if kind == "Namespace":
         return {"phase": "Active"}
+    if kind == "HorizontalPodAutoscaler":
+        return {"currentReplicas": 0, "desiredReplicas": 0}
     if resource_type.custom and resource_type.has_status:
         return None  # dropped on create: status is written through /status only
     return obj.get("status")
@@ -184,23 +206,29 @@ def validate(resource_type: ResourceType, obj: JsonObject) -> None:
     if labels is not None and not (
         isinstance(labels, dict) and all(isinstance(value, str) for value in labels.values())
     ):
-        raise invalid(kind, name, "metadata.labels: Invalid value: label values must be strings")
+        raise invalid(
+            kind, name, cause="metadata.labels: Invalid value: label values must be strings"
+        )
     spec = obj.get("spec")
     if kind == "Pod":
-        _validate_pod_spec(kind, name, spec, path="spec")
+        _validate_pod_spec(kind, name, spec=spec, path="spec")
     elif kind in ("Deployment", "StatefulSet", "ReplicaSet"):
         if not isinstance(spec, dict):
-            raise invalid(kind, name, "spec: Required value")
-        _replicas_ok(kind, name, spec)
-        _validate_template_selector(kind, name, spec)
+            raise invalid(kind, name, cause="spec: Required value")
+        _replicas_ok(kind, name, spec=spec)
+        _validate_template_selector(kind, name, spec=spec)
     elif kind == "Job":
         if not isinstance(spec, dict) or not isinstance(spec.get("template"), dict):
-            raise invalid(kind, name, "spec.template: Required value")
-        _replicas_ok(kind, name, spec, "parallelism")
-        _validate_pod_spec(kind, name, spec["template"].get("spec"), path="spec.template.spec")
+            raise invalid(kind, name, cause="spec.template: Required value")
+        _replicas_ok(kind, name, spec=spec, field="parallelism")
+        _validate_pod_spec(kind, name, spec=spec["template"].get("spec"), path="spec.template.spec")
         restart = spec["template"]["spec"].get("restartPolicy")
         if restart not in ("Never", "OnFailure"):
-            raise invalid(kind, name, f'spec.template.spec.restartPolicy: Unsupported value: '
-                          f'"{restart}": supported values: "OnFailure", "Never"')
+            raise invalid(
+                kind,
+                name,
+                cause=f"spec.template.spec.restartPolicy: Unsupported value: "
+                f'"{restart}": supported values: "OnFailure", "Never"',
+            )
     elif kind == "Event" and not obj.get("involvedObject"):
-        raise invalid(kind, name, "involvedObject: Required value")
+        raise invalid(kind, name, cause="involvedObject: Required value")

@@ -23,14 +23,21 @@ def core_versions(server_address: str) -> JsonObject:
     return {
         "kind": "APIVersions",
         "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
     }
 
 
 def _group(name: str, versions: list[str]) -> JsonObject:
     entries = [{"groupVersion": f"{name}/{version}", "version": version} for version in versions]
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
-            "preferredVersion": entries[0]}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": name,
+        "versions": entries,
+        "preferredVersion": entries[0],
+    }
 
 
 def group_list(registry: ResourceRegistry) -> JsonObject:
@@ -53,27 +60,58 @@ def _entries(resource_type: ResourceType) -> list[JsonObject]:
         "singularName": resource_type.singular,
         "namespaced": resource_type.namespaced,
         "kind": resource_type.kind,
-        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update",
-                  "watch"],
+        "verbs": [
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ],
     }
     if resource_type.short_names:
         main["shortNames"] = list(resource_type.short_names)
     entries = [main]
     if resource_type.has_status:
-        entries.append({"name": f"{resource_type.plural}/status", "singularName": "",
-                        "namespaced": resource_type.namespaced, "kind": resource_type.kind,
-                        "verbs": _STATUS_VERBS})
+        entries.append(
+            {
+                "name": f"{resource_type.plural}/status",
+                "singularName": "",
+                "namespaced": resource_type.namespaced,
+                "kind": resource_type.kind,
+                "verbs": _STATUS_VERBS,
+            }
+        )
     if resource_type.scale is not None:
-        entries.append({"name": f"{resource_type.plural}/scale", "singularName": "",
-                        "namespaced": resource_type.namespaced, "group": "autoscaling",
-                        "version": "v1", "kind": "Scale", "verbs": _STATUS_VERBS})
+        entries.append(
+            {
+                "name": f"{resource_type.plural}/scale",
+                "singularName": "",
+                "namespaced": resource_type.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": _STATUS_VERBS,
+            }
+        )
     if resource_type.kind == "Pod" and not resource_type.group:
-        entries.append({"name": "pods/binding", "singularName": "", "namespaced": True,
-                        "kind": "Binding", "verbs": ["create"]})
+        entries.append(
+            {
+                "name": "pods/binding",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "Binding",
+                "verbs": ["create"],
+            }
+        )
     return entries
 
 
-def resource_list(registry: ResourceRegistry, group_name: str, version: str) -> JsonObject | None:
+def resource_list(
+    registry: ResourceRegistry, group_name: str, *, version: str
+) -> JsonObject | None:
     types = registry.types_in(group_name, version)
     if not types:
         return None

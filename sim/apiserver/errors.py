@@ -86,8 +86,10 @@ def conflict(group_resource: str, name: str) -> ApiError:
     )
 
 
-def invalid(kind: str, name: str, cause: str) -> ApiError:
-    return ApiError(422, f'{kind} "{name}" is invalid: {cause}', details={"name": name, "kind": kind})
+def invalid(kind: str, name: str, *, cause: str) -> ApiError:
+    return ApiError(
+        422, f'{kind} "{name}" is invalid: {cause}', details={"name": name, "kind": kind}
+    )
 
 
 def bad_request(message: str) -> ApiError:
@@ -99,7 +101,7 @@ def expired(message: str) -> ApiError:
     return ApiError(410, message, reason="Expired")
 
 
-def status_success(group_resource: str, name: str, uid: str) -> JsonObject:
+def status_success(group_resource: str, name: str, *, uid: str) -> JsonObject:
     details = _details(group_resource, name)
     details["uid"] = uid
     return {

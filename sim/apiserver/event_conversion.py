@@ -27,25 +27,27 @@ def to_events_v1(core: JsonObject) -> JsonObject:
     event_time = core.get("eventTime") or _micro(
         core.get("firstTimestamp") or meta.get("creationTimestamp")
     )
-    return _compact({
-        "kind": "Event",
-        "apiVersion": "events.k8s.io/v1",
-        "metadata": meta,
-        "eventTime": event_time,
-        "series": core.get("series"),
-        "reportingController": core.get("reportingComponent") or source.get("component"),
-        "reportingInstance": core.get("reportingInstance") or source.get("host"),
-        "action": core.get("action"),
-        "reason": core.get("reason"),
-        "regarding": core.get("involvedObject"),
-        "related": core.get("related"),
-        "note": core.get("message"),
-        "type": core.get("type"),
-        "deprecatedSource": core.get("source"),
-        "deprecatedFirstTimestamp": core.get("firstTimestamp"),
-        "deprecatedLastTimestamp": core.get("lastTimestamp"),
-        "deprecatedCount": core.get("count"),
-    })
+    return _compact(
+        {
+            "kind": "Event",
+            "apiVersion": "events.k8s.io/v1",
+            "metadata": meta,
+            "eventTime": event_time,
+            "series": core.get("series"),
+            "reportingController": core.get("reportingComponent") or source.get("component"),
+            "reportingInstance": core.get("reportingInstance") or source.get("host"),
+            "action": core.get("action"),
+            "reason": core.get("reason"),
+            "regarding": core.get("involvedObject"),
+            "related": core.get("related"),
+            "note": core.get("message"),
+            "type": core.get("type"),
+            "deprecatedSource": core.get("source"),
+            "deprecatedFirstTimestamp": core.get("firstTimestamp"),
+            "deprecatedLastTimestamp": core.get("lastTimestamp"),
+            "deprecatedCount": core.get("count"),
+        }
+    )
 
 
 def from_events_v1(event: JsonObject) -> JsonObject:
@@ -53,22 +55,24 @@ def from_events_v1(event: JsonObject) -> JsonObject:
     source = event.get("deprecatedSource")
     if not source and event.get("reportingController"):
         source = {"component": event.get("reportingController")}
-    return _compact({
-        "kind": "Event",
-        "apiVersion": "v1",
-        "metadata": event.get("metadata") or {},
-        "involvedObject": event.get("regarding") or {},
-        "reason": event.get("reason"),
-        "message": event.get("note"),
-        "source": source,
-        "firstTimestamp": event.get("deprecatedFirstTimestamp"),
-        "lastTimestamp": event.get("deprecatedLastTimestamp"),
-        "count": event.get("deprecatedCount"),
-        "type": event.get("type"),
-        "eventTime": event.get("eventTime"),
-        "series": event.get("series"),
-        "action": event.get("action"),
-        "related": event.get("related"),
-        "reportingComponent": event.get("reportingController"),
-        "reportingInstance": event.get("reportingInstance"),
-    })
+    return _compact(
+        {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": event.get("metadata") or {},
+            "involvedObject": event.get("regarding") or {},
+            "reason": event.get("reason"),
+            "message": event.get("note"),
+            "source": source,
+            "firstTimestamp": event.get("deprecatedFirstTimestamp"),
+            "lastTimestamp": event.get("deprecatedLastTimestamp"),
+            "count": event.get("deprecatedCount"),
+            "type": event.get("type"),
+            "eventTime": event.get("eventTime"),
+            "series": event.get("series"),
+            "action": event.get("action"),
+            "related": event.get("related"),
+            "reportingComponent": event.get("reportingController"),
+            "reportingInstance": event.get("reportingInstance"),
+        }
+    )

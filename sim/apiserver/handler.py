@@ -4,6 +4,7 @@ injection in front. JSON in, JSON out, ``Status`` bodies for errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ from .errors import ApiError
 from .json_types import JsonObject
 from .operations import ApiOperations, parse_json
 from .reads import expired_watch_event, list_objects, open_watch
-from .resources import ResourceType
+from .resources import ObjectRef, ResourceType
 from .routing import DiscoveryTarget, ResourceTarget, parse_path, verb_of
+from .subresources import Subresources
 from .traffic import FaultInjector, RequestCounter
 from .watch_stream import DEFAULT_WATCH_SECONDS, client_has_gone, encode_event, stream_events
 
@@ -60,10 +62,8 @@ class ApiHttpServer(ThreadingHTTPServer):
         with self._connections_lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(2)
-            except OSError:
-                pass
 
 
 class ApiRequestHandler(BaseHTTPRequestHandler):
@@ -80,7 +80,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         self.server.track(self.connection, alive=False)
         super().finish()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests and the embedded system would drown in access logs."""
 
     def do_GET(self) -> None:
@@ -135,7 +135,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 code = application.faults.pick(verb, target.counted_resource)
                 if code is not None:
                     raise ApiError(code, f"injected fault for {verb} {target.counted_resource}")
-                self._serve_resource(method, target, params, body, watch=watch or target.legacy_watch)
+                self._serve_resource(
+                    method, target, params=params, body=body, watch=watch or target.legacy_watch
+                )
             elif isinstance(target, DiscoveryTarget) and method == "GET":
                 self._serve_discovery(target)
             elif method == "GET" and url.path in ("/version", "/version/"):
@@ -167,7 +169,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         elif target.version is None:
             document = discovery.group(registry, target.group)
         else:
-            document = discovery.resource_list(registry, target.group, target.version)
+            document = discovery.resource_list(registry, target.group, version=target.version)
         if document is None:
             raise ApiError(404, "the server could not find the requested resource")
         self._send_json(200, document)
@@ -177,15 +179,20 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         self,
         method: str,
         target: ResourceTarget,
+        *,
         params: dict[str, str],
         body: bytes,
-        *,
         watch: bool,
     ) -> None:
         operations = self.server.application.operations
         resource_type = operations.resource(target.group, target.version, target.plural)
-        if resource_type.namespaced and target.namespace is None and (
-            target.name is not None or method not in ("GET",)
+        if params.get("dryRun") and method != "GET":
+            # Refused rather than silently persisted: dry runs are not simulated.
+            raise ApiError(400, "dryRun is not supported by the loopback apiserver")
+        if (
+            resource_type.namespaced
+            and target.namespace is None
+            and (target.name is not None or method not in ("GET",))
         ):
             raise ApiError(404, "the server could not find the requested resource")
         if not resource_type.namespaced and target.namespace is not None:
@@ -199,28 +206,33 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         ):
             raise ApiError(404, "the server could not find the requested resource")
         if target.name is None:
-            self._serve_collection(method, resource_type, target.namespace, params, body, watch=watch)
+            self._serve_collection(
+                method,
+                resource_type,
+                namespace=target.namespace,
+                params=params,
+                body=body,
+                watch=watch,
+            )
             return
-        name = target.name
+        ref = ObjectRef(resource_type, namespace, target.name)
         if sub == "scale":
-            self._serve_scale(method, resource_type, namespace, name, body)
+            self._serve_scale(method, ref, body=body)
         elif sub == "binding":
             if method != "POST":
                 raise ApiError(405, "binding only supports create")
-            self._send_json(201, operations.bind(namespace, name, parse_json(body)))
+            subresources = Subresources(operations)
+            self._send_json(201, subresources.bind(ref.key, parse_json(body)))
         elif method == "GET":
-            self._send_json(200, operations.get(resource_type, namespace, name))
+            self._send_json(200, operations.get(ref))
         elif method == "PUT":
-            result = operations.update(resource_type, namespace, name, parse_json(body), subresource=sub)
-            self._send_json(200, result)
+            self._send_json(200, operations.update(ref, parse_json(body), subresource=sub))
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type") or ""
-            result = operations.patch(resource_type, namespace, name, body, content_type,
-                                      subresource=sub)
-            self._send_json(200, result)
+            patched = operations.patch(ref, body, content_type=content_type, subresource=sub)
+            self._send_json(200, patched)
         elif method == "DELETE" and sub is None:
-            self._send_json(200, operations.delete(resource_type, namespace, name,
-                                                   self._delete_options(params, body)))
+            self._send_json(200, operations.delete(ref, self._delete_options(params, body)))
         else:
             raise ApiError(405, f"method {method} is not allowed here")
 
@@ -235,19 +247,15 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             options["orphanDependents"] = True
         return options
 
-    def _serve_scale(
-        self, method: str, resource_type: ResourceType, namespace: str, name: str, body: bytes
-    ) -> None:
-        operations = self.server.application.operations
+    def _serve_scale(self, method: str, ref: ObjectRef, *, body: bytes) -> None:
+        scale = Subresources(self.server.application.operations)
         if method == "GET":
-            self._send_json(200, operations.get_scale(resource_type, namespace, name))
+            self._send_json(200, scale.get_scale(ref))
         elif method == "PUT":
-            self._send_json(200, operations.update_scale(resource_type, namespace, name,
-                                                         parse_json(body)))
+            self._send_json(200, scale.update_scale(ref, parse_json(body)))
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type") or ""
-            self._send_json(200, operations.patch_scale(resource_type, namespace, name, body,
-                                                        content_type))
+            self._send_json(200, scale.patch_scale(ref, body, content_type=content_type))
         else:
             raise ApiError(405, f"method {method} is not allowed on scale")
 
@@ -255,28 +263,39 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         self,
         method: str,
         resource_type: ResourceType,
+        *,
         namespace: str | None,
         params: dict[str, str],
         body: bytes,
-        *,
         watch: bool,
     ) -> None:
         operations = self.server.application.operations
         if method == "GET" and watch:
-            self._serve_watch(resource_type, namespace, params)
+            self._serve_watch(resource_type, namespace, params=params)
         elif method == "GET":
-            self._send_json(200, list_objects(operations.store, resource_type, namespace, params))
+            self._send_json(
+                200,
+                list_objects(operations.store, resource_type, namespace=namespace, params=params),
+            )
         elif method == "POST":
-            self._send_json(201, operations.create(resource_type, namespace or "", parse_json(body)))
+            self._send_json(
+                201, operations.create(resource_type, parse_json(body), namespace=namespace or "")
+            )
         elif method == "DELETE":
-            listed = list_objects(operations.store, resource_type, namespace,
-                                  {k: v for k, v in params.items() if k != "limit"})
+            listed = list_objects(
+                operations.store,
+                resource_type,
+                namespace=namespace,
+                params={k: v for k, v in params.items() if k != "limit"},
+            )
             options = self._delete_options(params, body)
             deleted = []
             for item in listed["items"]:
                 meta = item["metadata"]
                 try:
-                    operations.delete(resource_type, meta.get("namespace", ""), meta["name"], options)
+                    operations.delete(
+                        ObjectRef(resource_type, meta.get("namespace", ""), meta["name"]), options
+                    )
                 except ApiError as error:
                     if error.code != 404:
                         raise
@@ -287,7 +306,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             raise ApiError(405, f"method {method} is not allowed on a collection")
 
     def _serve_watch(
-        self, resource_type: ResourceType, namespace: str | None, params: dict[str, str]
+        self, resource_type: ResourceType, namespace: str | None, *, params: dict[str, str]
     ) -> None:
         application = self.server.application
         store = application.operations.store
@@ -296,7 +315,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         except ValueError as error:
             raise ApiError(400, "timeoutSeconds must be a number") from error
         try:
-            opened = open_watch(store, resource_type, namespace, params)
+            opened = open_watch(store, resource_type, namespace=namespace, params=params)
         except ApiError as error:
             if error.code != 410:
                 raise

@@ -44,7 +44,7 @@ def get_path(obj: Any, dotted: str) -> Any:
     return current
 
 
-def set_path(obj: JsonObject, dotted: str, value: Any) -> None:
+def set_path(obj: JsonObject, dotted: str, *, value: Any) -> None:
     """Set a value at a dotted path, creating intermediate maps."""
     parts = split_path(dotted)
     current = obj

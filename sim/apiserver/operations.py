@@ -13,9 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .defaults import apply_defaults, initial_status, validate, validate_name
-from .errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
-from .errors import status_success
-from .json_types import Clock, JsonObject, get_path, metadata, rfc3339, set_path
+from .errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+    status_success,
+)
+from .json_types import Clock, JsonObject, metadata, rfc3339
 from .patching import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -26,14 +33,17 @@ from .patching import (
     strategic_merge_patch,
 )
 from .presentation import accept, present
-from .resources import ResourceRegistry, ResourceType, types_from_crd
-from .selectors import selector_to_string
-from .store import ObjectStore
+from .resources import ObjectRef, ResourceRegistry, ResourceType, types_from_crd
+from .store import ObjectKey, ObjectStore
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # Server-owned metadata a client cannot change through update or patch.
 _SERVER_OWNED_METADATA = (
-    "uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
 )
 # Kinds whose DELETE answers with the object rather than a Status.
 _RETURNS_DELETED_OBJECT = frozenset({"Pod", "Namespace", "Service", "CustomResourceDefinition"})
@@ -42,7 +52,7 @@ _NAMESPACES = "namespaces"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-def _spec_part(obj: JsonObject) -> JsonObject:
+def spec_part(obj: JsonObject) -> JsonObject:
     """Everything but metadata and status: changes here bump metadata.generation."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
@@ -82,42 +92,46 @@ class ApiOperations:
         return self.registry.lookup(group, version, plural)
 
     # ----------------------------------------------------------------- reads
-    def get_stored(self, resource_type: ResourceType, namespace: str, name: str) -> JsonObject:
-        found = self.store.get(resource_type.storage, namespace, name)
+    def get_stored(self, ref: ObjectRef) -> JsonObject:
+        found = self.store.get(ref.resource_type.storage, ref.key)
         if found is None:
-            raise not_found(resource_type.group_resource, name)
+            raise not_found(ref.resource_type.group_resource, ref.name)
         return found
 
-    def get(self, resource_type: ResourceType, namespace: str, name: str) -> JsonObject:
-        return present(resource_type, self.get_stored(resource_type, namespace, name))
+    def get(self, ref: ObjectRef) -> JsonObject:
+        return present(ref.resource_type, self.get_stored(ref))
 
     # ---------------------------------------------------------------- create
     def _check_namespace(self, resource_type: ResourceType, namespace: str) -> None:
-        if resource_type.namespaced and self.store.get(_NAMESPACES, "", namespace) is None:
+        if resource_type.namespaced and self.store.get(_NAMESPACES, ("", namespace)) is None:
             raise not_found("namespaces", namespace)
 
-    def _generate_name(self, resource_type: ResourceType, namespace: str, prefix: str) -> str:
+    def _generate_name(self, resource_type: ResourceType, namespace: str, *, prefix: str) -> str:
         for _ in range(100):
             suffix = "".join(self._random.choice(_NAME_ALPHABET) for _ in range(5))
             candidate = f"{prefix}{suffix}"
-            if self.store.get(resource_type.storage, namespace, candidate) is None:
+            if self.store.get(resource_type.storage, (namespace, candidate)) is None:
                 return candidate
         raise ApiError(500, f"could not generate a unique name from {prefix!r}")
 
-    def create(self, resource_type: ResourceType, namespace: str, body: Any) -> JsonObject:
+    def create(self, resource_type: ResourceType, body: Any, *, namespace: str) -> JsonObject:
         """POST: defaults, validation, server metadata; 409 AlreadyExists on duplicates."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
-        return present(resource_type, self.create_stored(resource_type, namespace, body))
+        return present(resource_type, self.create_stored(resource_type, body, namespace=namespace))
 
-    def create_stored(self, resource_type: ResourceType, namespace: str, body: JsonObject) -> JsonObject:
+    def create_stored(
+        self, resource_type: ResourceType, body: JsonObject, *, namespace: str
+    ) -> JsonObject:
         obj = accept(resource_type, body)
         meta = metadata(obj)
         if resource_type.namespaced:
             sent = meta.get("namespace")
             if sent and sent != namespace:
-                raise bad_request("the namespace of the provided object does not match the "
-                                  "namespace sent on the request")
+                raise bad_request(
+                    "the namespace of the provided object does not match the "
+                    "namespace sent on the request"
+                )
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
@@ -125,10 +139,12 @@ class ApiOperations:
             self._check_namespace(resource_type, namespace)
             name = meta.get("name")
             if not name and meta.get("generateName"):
-                name = self._generate_name(resource_type, namespace, str(meta["generateName"]))
+                name = self._generate_name(
+                    resource_type, namespace, prefix=str(meta["generateName"])
+                )
             validate_name(resource_type, str(name or ""))
             meta["name"] = name
-            if self.store.get(resource_type.storage, namespace, str(name)) is not None:
+            if self.store.get(resource_type.storage, (namespace, str(name))) is not None:
                 raise already_exists(resource_type.group_resource, str(name))
             for transient in ("resourceVersion", "deletionTimestamp", "managedFields", "selfLink"):
                 meta.pop(transient, None)
@@ -144,7 +160,7 @@ class ApiOperations:
                     obj["status"] = status
             self._kind_specific_create(resource_type, obj)
             validate(resource_type, obj)
-            return self.store.commit(resource_type.storage, "ADDED", obj)
+            return self.store.commit(resource_type.storage, obj, event_type="ADDED")
 
     def _kind_specific_create(self, resource_type: ResourceType, obj: JsonObject) -> None:
         meta = metadata(obj)
@@ -152,8 +168,10 @@ class ApiOperations:
             # The job controller's selector is the job's own uid, as defaulted upstream.
             uid, name = meta["uid"], meta["name"]
             job_labels = {
-                "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                "controller-uid": uid, "job-name": name,
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
             }
             spec = obj.setdefault("spec", {})
             spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
@@ -172,10 +190,20 @@ class ApiOperations:
                     v["name"] for v in obj["spec"]["versions"] if v.get("storage", True)
                 ][:1],
                 "conditions": [
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                     "message": "no conflicts found", "lastTransitionTime": now},
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                     "message": "the initial names have been accepted", "lastTransitionTime": now},
+                    {
+                        "type": "NamesAccepted",
+                        "status": "True",
+                        "reason": "NoConflicts",
+                        "message": "no conflicts found",
+                        "lastTransitionTime": now,
+                    },
+                    {
+                        "type": "Established",
+                        "status": "True",
+                        "reason": "InitialNamesAccepted",
+                        "message": "the initial names have been accepted",
+                        "lastTransitionTime": now,
+                    },
                 ],
             }
             self.registry.register(types)
@@ -185,8 +213,8 @@ class ApiOperations:
         self,
         resource_type: ResourceType,
         current: JsonObject,
-        incoming: JsonObject,
         *,
+        incoming: JsonObject,
         subresource: str | None,
     ) -> JsonObject:
         if subresource == "status":
@@ -213,58 +241,59 @@ class ApiOperations:
                 updated.pop("status", None)
         apply_defaults(resource_type, updated)
         validate(resource_type, updated)
-        if _spec_part(updated) != _spec_part(current):
+        if spec_part(updated) != spec_part(current):
             meta["generation"] = int(current_meta.get("generation", 1)) + 1
         return updated
 
-    def _commit_update(
-        self, resource_type: ResourceType, current: JsonObject, updated: JsonObject
+    def commit_update(
+        self, resource_type: ResourceType, current: JsonObject, *, updated: JsonObject
     ) -> JsonObject:
         if _same_ignoring_version(current, updated):
             return current  # a no-op write keeps the resourceVersion, as upstream
         if resource_type.storage == _CRD_STORAGE:
             self.registry.register(types_from_crd(updated))
-        return self.store.commit(resource_type.storage, "MODIFIED", updated)
+        return self.store.commit(resource_type.storage, updated, event_type="MODIFIED")
 
-    def update(
-        self,
-        resource_type: ResourceType,
-        namespace: str,
-        name: str,
-        body: Any,
-        *,
-        subresource: str | None = None,
-    ) -> JsonObject:
+    def update(self, ref: ObjectRef, body: Any, *, subresource: str | None = None) -> JsonObject:
         """PUT: replace; 409 on a stale metadata.resourceVersion."""
+        resource_type, namespace, name = ref.resource_type, ref.namespace, ref.name
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         incoming = accept(resource_type, body)
         sent_name = metadata(incoming).get("name")
         if sent_name and sent_name != name:
-            raise bad_request(f"the name of the object ({sent_name}) does not match the name on "
-                              f"the URL ({name})")
+            raise bad_request(
+                f"the name of the object ({sent_name}) does not match the name on the URL ({name})"
+            )
         sent_namespace = metadata(incoming).get("namespace")
         if resource_type.namespaced and sent_namespace and sent_namespace != namespace:
-            raise bad_request("the namespace of the provided object does not match the "
-                              "namespace sent on the request")
+            raise bad_request(
+                "the namespace of the provided object does not match the "
+                "namespace sent on the request"
+            )
         with self.store.lock:
-            current = self.get_stored(resource_type, namespace, name)
+            current = self.get_stored(ref)
             sent_version = metadata(incoming).get("resourceVersion")
             if sent_version:
                 if str(sent_version) != current["metadata"]["resourceVersion"]:
                     raise conflict(resource_type.group_resource, name)
             elif resource_type.custom:
-                raise invalid(resource_type.kind, name, "metadata.resourceVersion: Invalid "
-                              "value: 0x0: must be specified for an update")
+                raise invalid(
+                    resource_type.kind,
+                    name,
+                    cause="metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                )
             updated = self._prepare_update(
-                resource_type, current, incoming, subresource=subresource
+                resource_type, current, incoming=incoming, subresource=subresource
             )
-            return present(resource_type, self._commit_update(resource_type, current, updated))
+            return present(
+                resource_type, self.commit_update(resource_type, current, updated=updated)
+            )
 
     # ----------------------------------------------------------------- patch
     @staticmethod
     def apply_patch(
-        resource_type: ResourceType | None, document: Any, raw: bytes, content_type: str
+        resource_type: ResourceType | None, document: Any, *, raw: bytes, content_type: str
     ) -> Any:
         media_type = content_type.split(";")[0].strip().lower()
         patch = parse_json(raw)
@@ -278,129 +307,43 @@ class ApiOperations:
             return json_patch(document, patch)
         if media_type == APPLY_PATCH:
             raise ApiError(415, "server-side apply is not supported by the loopback apiserver")
-        raise ApiError(415, f"the body of the request was in an unknown format - accepted "
-                       f"media types include: {JSON_PATCH}, {MERGE_PATCH}, "
-                       f"{STRATEGIC_MERGE_PATCH}")
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted "
+            f"media types include: {JSON_PATCH}, {MERGE_PATCH}, "
+            f"{STRATEGIC_MERGE_PATCH}",
+        )
 
     def patch(
-        self,
-        resource_type: ResourceType,
-        namespace: str,
-        name: str,
-        raw: bytes,
-        content_type: str,
-        *,
-        subresource: str | None = None,
+        self, ref: ObjectRef, raw: bytes, *, content_type: str, subresource: str | None = None
     ) -> JsonObject:
         """PATCH; 409 when the patched object carries a different resourceVersion."""
+        resource_type, name = ref.resource_type, ref.name
         with self.store.lock:
-            current = self.get_stored(resource_type, namespace, name)
+            current = self.get_stored(ref)
             document = copy.deepcopy(present(resource_type, current))
-            patched = self.apply_patch(resource_type, document, raw, content_type)
+            patched = self.apply_patch(resource_type, document, raw=raw, content_type=content_type)
             if not isinstance(patched, dict):
-                raise invalid(resource_type.kind, name, "the patched object is not a JSON object")
+                raise invalid(
+                    resource_type.kind, name, cause="the patched object is not a JSON object"
+                )
             sent_version = (patched.get("metadata") or {}).get("resourceVersion")
             if sent_version and str(sent_version) != current["metadata"]["resourceVersion"]:
                 raise conflict(resource_type.group_resource, name)
             incoming = accept(resource_type, patched)
             updated = self._prepare_update(
-                resource_type, current, incoming, subresource=subresource
+                resource_type, current, incoming=incoming, subresource=subresource
             )
-            return present(resource_type, self._commit_update(resource_type, current, updated))
-
-    # ----------------------------------------------------------------- scale
-    @staticmethod
-    def _scale_paths(resource_type: ResourceType) -> Any:
-        if resource_type.scale is None:
-            raise ApiError(404, "the server could not find the requested resource")
-        return resource_type.scale
-
-    def scale_of(self, resource_type: ResourceType, obj: JsonObject) -> JsonObject:
-        paths = self._scale_paths(resource_type)
-        meta = obj.get("metadata") or {}
-        if paths.label_selector is None:
-            selector: Any = selector_to_string((obj.get("spec") or {}).get("selector"))
-        else:
-            selector = get_path(obj, paths.label_selector)
-        status: JsonObject = {"replicas": int(get_path(obj, paths.status_replicas) or 0)}
-        if selector:
-            status["selector"] = selector
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {
-                key: meta[key]
-                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                if key in meta
-            },
-            "spec": {"replicas": int(get_path(obj, paths.spec_replicas) or 0)},
-            "status": status,
-        }
-
-    def get_scale(self, resource_type: ResourceType, namespace: str, name: str) -> JsonObject:
-        return self.scale_of(resource_type, self.get_stored(resource_type, namespace, name))
-
-    def _write_scale(
-        self, resource_type: ResourceType, current: JsonObject, scale: Any
-    ) -> JsonObject:
-        name = current["metadata"]["name"]
-        if not isinstance(scale, dict):
-            raise bad_request("the body of the request was in an unknown format")
-        sent_version = (scale.get("metadata") or {}).get("resourceVersion")
-        if sent_version and str(sent_version) != current["metadata"]["resourceVersion"]:
-            raise conflict(resource_type.group_resource, name)
-        replicas = (scale.get("spec") or {}).get("replicas")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise invalid("Scale", name, f"spec.replicas: Invalid value: {replicas!r}: must be "
-                          "greater than or equal to 0")
-        paths = self._scale_paths(resource_type)
-        updated = copy.deepcopy(current)
-        set_path(updated, paths.spec_replicas, replicas)
-        if _spec_part(updated) != _spec_part(current):
-            metadata(updated)["generation"] = int(current["metadata"].get("generation", 1)) + 1
-        return self.scale_of(resource_type, self._commit_update(resource_type, current, updated))
-
-    def update_scale(
-        self, resource_type: ResourceType, namespace: str, name: str, body: Any
-    ) -> JsonObject:
-        with self.store.lock:
-            current = self.get_stored(resource_type, namespace, name)
-            return self._write_scale(resource_type, current, body)
-
-    def patch_scale(
-        self, resource_type: ResourceType, namespace: str, name: str, raw: bytes, content_type: str
-    ) -> JsonObject:
-        with self.store.lock:
-            current = self.get_stored(resource_type, namespace, name)
-            scale = self.scale_of(resource_type, current)
-            patched = self.apply_patch(None, copy.deepcopy(scale), raw, content_type)
-            return self._write_scale(resource_type, current, patched)
-
-    # --------------------------------------------------------------- binding
-    def bind(self, namespace: str, name: str, body: Any) -> JsonObject:
-        """POST pods/<name>/binding: assign a node (409 if already assigned)."""
-        pods = self.registry.lookup("", "v1", "pods")
-        target = (body or {}).get("target") or {} if isinstance(body, dict) else {}
-        node = target.get("name")
-        if not node:
-            raise invalid("Binding", name, "target.name: Required value")
-        with self.store.lock:
-            current = self.get_stored(pods, namespace, name)
-            assigned = (current.get("spec") or {}).get("nodeName")
-            if assigned:
-                raise ApiError(409, f'pod {name} is already assigned to node "{assigned}"')
-            updated = copy.deepcopy(current)
-            updated["spec"]["nodeName"] = node
-            self.store.commit(pods.storage, "MODIFIED", updated)
-        return status_success("pods", name, str(current["metadata"].get("uid", "")))
+            return present(
+                resource_type, self.commit_update(resource_type, current, updated=updated)
+            )
 
     # ---------------------------------------------------------------- delete
-    def delete(
-        self, resource_type: ResourceType, namespace: str, name: str, options: JsonObject
-    ) -> JsonObject:
+    def delete(self, ref: ObjectRef, options: JsonObject) -> JsonObject:
         """DELETE with preconditions and propagationPolicy; dependents are collected."""
+        resource_type, namespace, name = ref.resource_type, ref.namespace, ref.name
         with self.store.lock:
-            current = self.get_stored(resource_type, namespace, name)
+            current = self.get_stored(ref)
             preconditions = options.get("preconditions") or {}
             meta = current["metadata"]
             if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
@@ -412,16 +355,19 @@ class ApiOperations:
             if policy is None:
                 policy = "Orphan" if options.get("orphanDependents") else "Background"
             if policy not in ("Orphan", "Background", "Foreground"):
-                raise invalid("DeleteOptions", "", f'propagationPolicy: Unsupported value: "{policy}"')
-            deleted = self.delete_stored(resource_type.storage, namespace, name, policy=policy)
+                raise invalid(
+                    "DeleteOptions", "", cause=f'propagationPolicy: Unsupported value: "{policy}"'
+                )
+            deleted = self.delete_stored(resource_type.storage, (namespace, name), policy=policy)
         if resource_type.kind in _RETURNS_DELETED_OBJECT or resource_type.custom:
             return present(resource_type, deleted)
-        return status_success(resource_type.group_resource, name, str(meta.get("uid", "")))
+        return status_success(resource_type.group_resource, name, uid=str(meta.get("uid", "")))
 
-    def delete_stored(self, storage: str, namespace: str, name: str, *, policy: str) -> JsonObject:
+    def delete_stored(self, storage: str, key: ObjectKey, *, policy: str) -> JsonObject:
         """Remove an object now and collect (or orphan) its dependents."""
+        namespace, name = key
         with self.store.lock:
-            current = self.store.get(storage, namespace, name)
+            current = self.store.get(storage, (namespace, name))
             if current is None:
                 raise not_found(storage, name)
             if storage == _NAMESPACES:
@@ -432,68 +378,71 @@ class ApiOperations:
             if storage == _NAMESPACES:
                 metadata(deleted)["deletionTimestamp"] = self.now()
                 deleted["status"] = {"phase": "Terminating"}
-            committed = self.store.commit(storage, "DELETED", deleted)
+            elif storage == "pods":
+                # Pods end gracefully upstream; here the grace period is always over.
+                metadata(deleted)["deletionTimestamp"] = self.now()
+                metadata(deleted)["deletionGracePeriodSeconds"] = 0
+            committed = self.store.commit(storage, deleted, event_type="DELETED")
             owner_uid = str(current["metadata"].get("uid", ""))
-            for dependent in self.store.dependents(owner_uid):
+            for dependent_storage, dependent in self.store.dependents(owner_uid):
                 if policy == "Orphan":
-                    self._orphan(dependent, owner_uid)
-                elif self.store.get(*dependent) is not None:
-                    self.delete_stored(*dependent, policy="Background")
+                    self._orphan(dependent_storage, dependent, owner_uid=owner_uid)
+                elif self.store.get(dependent_storage, dependent) is not None:
+                    self.delete_stored(dependent_storage, dependent, policy="Background")
             return committed
 
-    def _orphan(self, key: tuple[str, str, str], owner_uid: str) -> None:
-        current = self.store.get(*key)
+    def _orphan(self, storage: str, key: ObjectKey, *, owner_uid: str) -> None:
+        current = self.store.get(storage, key)
         if current is None:
             return
         updated = copy.deepcopy(current)
         references = metadata(updated).get("ownerReferences") or []
         metadata(updated)["ownerReferences"] = [r for r in references if r.get("uid") != owner_uid]
-        self.store.commit(key[0], "MODIFIED", updated)
+        self.store.commit(storage, updated, event_type="MODIFIED")
 
     def _empty_namespace(self, namespace: str) -> None:
         for resource_type in self.registry.namespaced_storages():
-            items, _ = self.store.list(resource_type.storage, namespace)
+            items, _ = self.store.items(resource_type.storage, namespace)
             for item in items:
                 name = item["metadata"]["name"]
-                if self.store.get(resource_type.storage, namespace, name) is not None:
-                    self.delete_stored(resource_type.storage, namespace, name, policy="Background")
+                if self.store.get(resource_type.storage, (namespace, name)) is not None:
+                    self.delete_stored(
+                        resource_type.storage, (namespace, name), policy="Background"
+                    )
 
     def _drop_custom_resources(self, crd: JsonObject) -> None:
         types = types_from_crd(crd)
         if not types:
             return
         storage = types[0].storage
-        items, _ = self.store.list(storage, None)
+        items, _ = self.store.items(storage, None)
         for item in items:
             meta = item["metadata"]
-            self.delete_stored(storage, meta.get("namespace", ""), meta["name"], policy="Background")
+            self.delete_stored(
+                storage, (meta.get("namespace", ""), meta["name"]), policy="Background"
+            )
         self.registry.unregister_storage(storage)
 
     # ------------------------------------------------- controller-side helpers
-    def mutate(
-        self,
-        resource_type: ResourceType,
-        namespace: str,
-        name: str,
-        change: Callable[[JsonObject], None],
-    ) -> JsonObject | None:
+    def mutate(self, ref: ObjectRef, change: Callable[[JsonObject], None]) -> JsonObject | None:
         """Apply ``change`` to a private copy and commit it if anything changed.
 
         Used by the simulated controllers; bumps generation on spec changes.
         Returns the committed (or unchanged) object, None when it is gone.
         """
+        resource_type = ref.resource_type
         with self.store.lock:
-            current = self.store.get(resource_type.storage, namespace, name)
+            current = self.store.get(resource_type.storage, ref.key)
             if current is None:
                 return None
             updated = copy.deepcopy(current)
             change(updated)
-            if _spec_part(updated) != _spec_part(current):
+            if spec_part(updated) != spec_part(current):
                 metadata(updated)["generation"] = int(current["metadata"].get("generation", 1)) + 1
-            return self._commit_update(resource_type, current, updated)
+            return self.commit_update(resource_type, current, updated=updated)
 
     def ensure_system_namespaces(self) -> None:
         namespaces = self.registry.lookup("", "v1", _NAMESPACES)
         for name in SYSTEM_NAMESPACES:
-            if self.store.get(_NAMESPACES, "", name) is None:
-                self.create_stored(namespaces, "", {"metadata": {"name": name}})
+            if self.store.get(_NAMESPACES, ("", name)) is None:
+                self.create_stored(namespaces, {"metadata": {"name": name}}, namespace="")

@@ -68,7 +68,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
 def _merge_key(field: str, items: list[Any]) -> str | None:
     if field == "ports":
         # Container ports merge by containerPort, Service ports by port.
-        has_container_port = any(isinstance(item, dict) and "containerPort" in item for item in items)
+        has_container_port = any(
+            isinstance(item, dict) and "containerPort" in item for item in items
+        )
         return "containerPort" if has_container_port else "port"
     return _MERGE_KEYS.get(field)
 
@@ -76,16 +78,14 @@ def _merge_key(field: str, items: list[Any]) -> str | None:
 def _strip_directives(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            key: _strip_directives(item)
-            for key, item in value.items()
-            if not key.startswith("$")
+            key: _strip_directives(item) for key, item in value.items() if not key.startswith("$")
         }
     if isinstance(value, list):
         return [_strip_directives(item) for item in value]
     return value
 
 
-def _merge_list(field: str, original: list[Any], patch: list[Any]) -> list[Any]:
+def _merge_list(field: str, original: list[Any], *, patch: list[Any]) -> list[Any]:
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [
             _strip_directives(item)
@@ -142,7 +142,9 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
             result[key] = _merge_map(existing if isinstance(existing, dict) else {}, value)
         elif isinstance(value, list):
             existing = result.get(key)
-            result[key] = _merge_list(key, existing if isinstance(existing, list) else [], value)
+            result[key] = _merge_list(
+                key, existing if isinstance(existing, list) else [], patch=value
+            )
         else:
             result[key] = value
     return result
@@ -201,7 +203,7 @@ def _get(document: Any, tokens: list[str]) -> Any:
     raise JsonPatchFailed(f"path {'/'.join(tokens)!r} not found")
 
 
-def _add(document: Any, tokens: list[str], value: Any) -> Any:
+def _add(document: Any, tokens: list[str], *, value: Any) -> Any:
     if not tokens:
         return value
     parent = _parent(document, tokens)
@@ -244,20 +246,20 @@ def json_patch(target: Any, operations: Any) -> Any:
         if op in ("add", "replace", "test") and "value" not in operation:
             raise bad_request(f"json patch {op} operation needs a value")
         if op == "add":
-            document = _add(document, tokens, copy.deepcopy(operation["value"]))
+            document = _add(document, tokens, value=copy.deepcopy(operation["value"]))
         elif op == "remove":
             document = _remove(document, tokens)
         elif op == "replace":
             _get(document, tokens)
             if tokens:
                 document = _remove(document, tokens)
-            document = _add(document, tokens, copy.deepcopy(operation["value"]))
+            document = _add(document, tokens, value=copy.deepcopy(operation["value"]))
         elif op in ("move", "copy"):
             source = _pointer(operation.get("from"))
             value = copy.deepcopy(_get(document, source))
             if op == "move":
                 document = _remove(document, source)
-            document = _add(document, tokens, value)
+            document = _add(document, tokens, value=value)
         elif op == "test":
             if _get(document, tokens) != operation["value"]:
                 raise JsonPatchFailed(

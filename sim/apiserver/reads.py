@@ -47,8 +47,10 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         payload = json.loads(base64.urlsafe_b64decode(token.encode()))
         return int(payload["rv"]), (str(payload["start"][0]), str(payload["start"][1]))
     except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as error:
-        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion "
-                          "(version meta.k8s.io/v1)") from error
+        raise bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion "
+            "(version meta.k8s.io/v1)"
+        ) from error
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class ObjectFilter:
 
     @classmethod
     def from_params(
-        cls, resource_type: ResourceType, namespace: str | None, params: Mapping[str, str]
+        cls, resource_type: ResourceType, namespace: str | None, *, params: Mapping[str, str]
     ) -> ObjectFilter:
         return cls(
             namespace=namespace,
@@ -79,11 +81,12 @@ class ObjectFilter:
 def list_objects(
     store: ObjectStore,
     resource_type: ResourceType,
+    *,
     namespace: str | None,
     params: Mapping[str, str],
 ) -> JsonObject:
     """A ``<Kind>List`` body, paged by ``limit``/``continue``."""
-    selection = ObjectFilter.from_params(resource_type, namespace, params)
+    selection = ObjectFilter.from_params(resource_type, namespace=namespace, params=params)
     try:
         limit = int(params.get("limit") or 0)
     except ValueError as error:
@@ -91,28 +94,36 @@ def list_objects(
     token = params.get("continue") or ""
     start_after: tuple[str, str] | None = None
     storage = resource_type.storage
+    more, remaining = False, 0
     with store.lock:
-        if token:
-            list_version, start_after = _decode_continue(token)
-            if list_version < store.compacted_before(storage):
-                raise expired(_CONTINUE_EXPIRED)
-            items, _ = store.list(storage, namespace)
-        elif params.get("resourceVersionMatch") == "Exact":
-            requested = params.get("resourceVersion") or ""
-            list_version = _parse_version(requested)
-            items = store.snapshot_at(storage, namespace, list_version)
+        if params.get("resourceVersionMatch") == "Exact" and not token:
+            list_version = _parse_version(params.get("resourceVersion") or "")
+            page = [
+                item
+                for item in store.snapshot_at(storage, namespace, version=list_version)
+                if selection.matches(item)
+            ]
+            if 0 < limit < len(page):
+                more, remaining, page = True, len(page) - limit, page[:limit]
         else:
-            items, list_version = store.list(storage, namespace)
-    selected = [item for item in items if selection.matches(item)]
-    if start_after is not None:
-        selected = [item for item in selected if object_key(item) > start_after]
+            list_version = store.current_resource_version()
+            if token:
+                list_version, start_after = _decode_continue(token)
+                if list_version < store.compacted_before(storage):
+                    raise expired(_CONTINUE_EXPIRED)
+            page, more, remaining = store.page(
+                storage,
+                namespace,
+                start_after=start_after,
+                limit=limit if limit > 0 else -1,
+                accept=selection.matches,
+            )
     list_meta: JsonObject = {"resourceVersion": str(list_version)}
-    if 0 < limit < len(selected):
-        page = selected[:limit]
+    if more and page:
         list_meta["continue"] = _encode_continue(list_version, object_key(page[-1]))
-        list_meta["remainingItemCount"] = len(selected) - limit
-    else:
-        page = selected
+        if selection.labels.empty and selection.fields.empty:
+            # Like etcd3 paging: the count is only known without selectors.
+            list_meta["remainingItemCount"] = remaining
     return {
         "kind": f"{resource_type.kind}List",
         "apiVersion": resource_type.api_version,
@@ -156,18 +167,19 @@ class OpenedWatch:
 def open_watch(
     store: ObjectStore,
     resource_type: ResourceType,
+    *,
     namespace: str | None,
     params: Mapping[str, str],
 ) -> OpenedWatch:
     """Subscribe and compute the backlog atomically; 410 Expired for compacted versions."""
-    selection = ObjectFilter.from_params(resource_type, namespace, params)
+    selection = ObjectFilter.from_params(resource_type, namespace=namespace, params=params)
     translator = WatchTranslator(resource_type, selection)
     requested = params.get("resourceVersion") or ""
     storage = resource_type.storage
 
     def backlog_events() -> list[StoreEvent]:
         if requested in ("", "0"):
-            items, version = store.list(storage, namespace)
+            items, version = store.items(storage, namespace)
             return [StoreEvent("ADDED", storage, item, None, version) for item in items]
         return store.events_since(storage, _parse_version(requested))
 

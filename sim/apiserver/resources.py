@@ -16,7 +16,14 @@ from .json_types import JsonObject
 
 COMMON_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 STANDARD_VERBS = (
-    "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 )
 
 
@@ -66,45 +73,156 @@ class ResourceType:
         return COMMON_FIELDS | self.extra_fields
 
 
-_POD_FIELDS = frozenset({
-    "status.phase", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
-    "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName", "spec.hostNetwork",
-})
-_EVENT_FIELDS = frozenset({
-    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-    "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-    "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
-})
+_POD_FIELDS = frozenset(
+    {
+        "status.phase",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.podIP",
+        "status.nominatedNodeName",
+        "spec.hostNetwork",
+    }
+)
+_EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
 _APPS_SCALE = ScalePaths()
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "Namespace", False, has_status=True,
-                 short_names=("ns",), extra_fields=frozenset({"status.phase"})),
-    ResourceType("", "v1", "nodes", "Node", False, has_status=True, short_names=("no",),
-                 extra_fields=frozenset({"spec.unschedulable"})),
-    ResourceType("", "v1", "pods", "Pod", True, has_status=True, short_names=("po",),
-                 extra_fields=_POD_FIELDS),
-    ResourceType("", "v1", "events", "Event", True, short_names=("ev",),
-                 extra_fields=_EVENT_FIELDS),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        has_status=True,
+        short_names=("ns",),
+        extra_fields=frozenset({"status.phase"}),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        has_status=True,
+        short_names=("no",),
+        extra_fields=frozenset({"spec.unschedulable"}),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        has_status=True,
+        short_names=("po",),
+        extra_fields=_POD_FIELDS,
+    ),
+    ResourceType(
+        "", "v1", "events", "Event", True, short_names=("ev",), extra_fields=_EVENT_FIELDS
+    ),
     ResourceType("", "v1", "services", "Service", True, has_status=True, short_names=("svc",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
     ResourceType("", "v1", "secrets", "Secret", True, extra_fields=frozenset({"type"})),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
-    ResourceType("apps", "v1", "deployments", "Deployment", True, has_status=True,
-                 scale=_APPS_SCALE, short_names=("deploy",)),
-    ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, has_status=True,
-                 scale=_APPS_SCALE, short_names=("sts",)),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, has_status=True,
-                 scale=_APPS_SCALE, short_names=("rs",),
-                 extra_fields=frozenset({"status.replicas"})),
-    ResourceType("batch", "v1", "jobs", "Job", True, has_status=True,
-                 extra_fields=frozenset({"status.successful"})),
-    ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",),
-                 storage_name="events", extra_fields=frozenset({"reason", "type"})),
+    ResourceType(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        has_status=True,
+        scale=_APPS_SCALE,
+        short_names=("deploy",),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        True,
+        has_status=True,
+        scale=_APPS_SCALE,
+        short_names=("sts",),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        True,
+        has_status=True,
+        scale=_APPS_SCALE,
+        short_names=("rs",),
+        extra_fields=frozenset({"status.replicas"}),
+    ),
+    ResourceType(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        True,
+        has_status=True,
+        extra_fields=frozenset({"status.successful"}),
+    ),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        storage_name="events",
+        extra_fields=frozenset({"reason", "type"}),
+    ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
-    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
-                 "CustomResourceDefinition", False, has_status=True, short_names=("crd",)),
+    ResourceType(
+        "autoscaling",
+        "v1",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        has_status=True,
+        short_names=("hpa",),
+    ),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        has_status=True,
+        short_names=("crd",),
+    ),
 )
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One object of a served resource type: what GET/PUT/PATCH/DELETE address."""
+
+    resource_type: ResourceType
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
 
 
 def types_from_crd(crd: JsonObject) -> list[ResourceType]:
@@ -114,18 +232,25 @@ def types_from_crd(crd: JsonObject) -> list[ResourceType]:
     names = spec.get("names") or {}
     group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
     if not group or not plural or not kind:
-        raise invalid("CustomResourceDefinition", name, "spec.group, spec.names.plural and "
-                      "spec.names.kind are required")
+        raise invalid(
+            "CustomResourceDefinition",
+            name,
+            cause="spec.group, spec.names.plural and spec.names.kind are required",
+        )
     if name != f"{plural}.{group}":
-        raise invalid("CustomResourceDefinition", name,
-                      f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."'
-                      "+spec.group")
+        raise invalid(
+            "CustomResourceDefinition",
+            name,
+            cause=f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+        )
     scope = spec.get("scope", "Namespaced")
     if scope not in ("Namespaced", "Cluster"):
-        raise invalid("CustomResourceDefinition", name, "spec.scope must be Namespaced or Cluster")
+        raise invalid(
+            "CustomResourceDefinition", name, cause="spec.scope must be Namespaced or Cluster"
+        )
     versions = spec.get("versions") or []
     if not versions:
-        raise invalid("CustomResourceDefinition", name, "spec.versions must have an entry")
+        raise invalid("CustomResourceDefinition", name, cause="spec.versions must have an entry")
     types = []
     for version in versions:
         if not version.get("served", True):
@@ -139,18 +264,20 @@ def types_from_crd(crd: JsonObject) -> list[ResourceType]:
                 status_replicas=str(scale_spec.get("statusReplicasPath", ".status.replicas")),
                 label_selector=str(scale_spec.get("labelSelectorPath") or "") or None,
             )
-        types.append(ResourceType(
-            group=str(group),
-            version=str(version.get("name")),
-            plural=str(plural),
-            kind=str(kind),
-            namespaced=scope == "Namespaced",
-            has_status="status" in subresources,
-            scale=scale,
-            short_names=tuple(names.get("shortNames") or ()),
-            custom=True,
-            storage_name=f"{plural}.{group}",
-        ))
+        types.append(
+            ResourceType(
+                group=str(group),
+                version=str(version.get("name")),
+                plural=str(plural),
+                kind=str(kind),
+                namespaced=scope == "Namespaced",
+                has_status="status" in subresources,
+                scale=scale,
+                short_names=tuple(names.get("shortNames") or ()),
+                custom=True,
+                storage_name=f"{plural}.{group}",
+            )
+        )
     return types
 
 

@@ -110,7 +110,9 @@ def _parse_term(term: str, text: str) -> Requirement:
         normalized = "=" if op == "==" else op
         if normalized in (">", "<") and not value.strip().lstrip("-").isdigit():
             raise bad_request(f"unable to parse requirement: {term!r} needs an integer")
-        return Requirement(_check_key(key, text), normalized, frozenset({_check_value(value, text)}))
+        return Requirement(
+            _check_key(key, text), normalized, frozenset({_check_value(value, text)})
+        )
     return Requirement(_check_key(term, text), "exists")
 
 
@@ -216,6 +218,6 @@ def parse_field_selector(text: str | None, supported: Iterable[str]) -> FieldSel
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
         field = field.strip()
         if field not in allowed:
-            raise bad_request(f'field label not supported: {field}')
+            raise bad_request(f"field label not supported: {field}")
         requirements.append(FieldRequirement(field, equal, value.strip()))
     return FieldSelector(tuple(requirements))

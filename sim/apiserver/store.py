@@ -8,6 +8,7 @@ so readers may serialise a stored object without copying it under the lock.
 
 from __future__ import annotations
 
+import bisect
 import queue
 import threading
 from collections import deque
@@ -20,6 +21,7 @@ from .json_types import JsonObject, metadata
 # Resource versions below this were "compacted" before the server started, so a
 # watch from an ancient version such as "1" gets 410 Gone, as on a real cluster.
 INITIAL_RESOURCE_VERSION = 100
+ObjectKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def _owner_uids(obj: JsonObject | None) -> set[str]:
 class ObjectStore:
     """Thread-safe storage with watch history; all operations are O(1) or O(listed)."""
 
-    def __init__(self, *, history_limit: int = 20000) -> None:
+    def __init__(self, *, history_limit: int = 10000) -> None:
         self._lock = threading.RLock()
         self._objects: dict[str, dict[str, dict[str, JsonObject]]] = {}
         self._created_order: dict[tuple[str, str, str], int] = {}
@@ -70,6 +72,7 @@ class ObjectStore:
         self._compacted: dict[str, int] = {}
         self._subscribers: dict[str | None, list[Subscription]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
+        self._sorted_keys: dict[str, list[ObjectKey]] = {}
 
     @property
     def lock(self) -> threading.RLock:
@@ -85,28 +88,62 @@ class ObjectStore:
         with self._lock:
             return self._compacted.get(storage, INITIAL_RESOURCE_VERSION)
 
-    def get(self, storage: str, namespace: str, name: str) -> JsonObject | None:
+    def get(self, storage: str, key: ObjectKey) -> JsonObject | None:
         with self._lock:
-            return self._objects.get(storage, {}).get(namespace, {}).get(name)
+            return self._objects.get(storage, {}).get(key[0], {}).get(key[1])
 
-    def creation_order(self, storage: str, namespace: str, name: str) -> int:
+    def creation_order(self, storage: str, key: ObjectKey) -> int:
         with self._lock:
-            return self._created_order.get((storage, namespace, name), 0)
+            return self._created_order.get((storage, *key), 0)
 
-    def list(self, storage: str, namespace: str | None) -> tuple[list[JsonObject], int]:
+    def _key_range(self, storage: str, namespace: str | None) -> tuple[list[ObjectKey], int, int]:
+        keys = self._sorted_keys.get(storage, [])
+        if namespace is None:
+            return keys, 0, len(keys)
+        # "\x00" sorts after the namespace itself and before any longer namespace name.
+        low = bisect.bisect_left(keys, (namespace, ""))
+        high = bisect.bisect_left(keys, (namespace + "\x00", ""))
+        return keys, low, high
+
+    def items(self, storage: str, namespace: str | None) -> tuple[list[JsonObject], int]:
         """Objects sorted by (namespace, name), and the version they were read at."""
         with self._lock:
+            keys, low, high = self._key_range(storage, namespace)
             by_namespace = self._objects.get(storage, {})
-            if namespace is not None:
-                names = by_namespace.get(namespace, {})
-                items = [names[name] for name in sorted(names)]
-            else:
-                items = [
-                    by_namespace[ns][name]
-                    for ns in sorted(by_namespace)
-                    for name in sorted(by_namespace[ns])
-                ]
+            items = [by_namespace[ns][name] for ns, name in keys[low:high]]
             return items, self._resource_version
+
+    def page(
+        self,
+        storage: str,
+        namespace: str | None,
+        *,
+        start_after: ObjectKey | None,
+        limit: int,
+        accept: Callable[[JsonObject], bool],
+    ) -> tuple[list[JsonObject], bool, int]:
+        """Up to ``limit`` accepted objects after ``start_after`` in key order.
+
+        Returns (items, more_may_follow, keys_left_after_the_page); the scan
+        stops as soon as the page is full, so a page costs O(limit) without
+        selectors rather than O(objects).
+        """
+        with self._lock:
+            keys, low, high = self._key_range(storage, namespace)
+            if start_after is not None:
+                low = max(low, bisect.bisect_right(keys, start_after))
+            by_namespace = self._objects.get(storage, {})
+            found: list[JsonObject] = []
+            index = low
+            while index < high:
+                ns, name = keys[index]
+                index += 1
+                obj = by_namespace[ns][name]
+                if accept(obj):
+                    found.append(obj)
+                    if len(found) == limit:
+                        break
+            return found, index < high, high - index
 
     def count(self, storage: str) -> int:
         with self._lock:
@@ -116,12 +153,12 @@ class ObjectStore:
         with self._lock:
             return [ns for ns, names in self._objects.get(storage, {}).items() if names]
 
-    def dependents(self, owner_uid: str) -> list[tuple[str, str, str]]:
-        """(storage, namespace, name) of objects whose ownerReferences name ``owner_uid``."""
+    def dependents(self, owner_uid: str) -> list[tuple[str, ObjectKey]]:
+        """(storage, (namespace, name)) of objects whose ownerReferences name ``owner_uid``."""
         with self._lock:
-            return sorted(self._dependents.get(owner_uid, ()))
+            return [(s, (ns, n)) for s, ns, n in sorted(self._dependents.get(owner_uid, ()))]
 
-    def commit(self, storage: str, event_type: str, obj: JsonObject) -> JsonObject:
+    def commit(self, storage: str, obj: JsonObject, *, event_type: str) -> JsonObject:
         """Store ``obj`` (which the store now owns) as ADDED/MODIFIED/DELETED.
 
         Assigns the next resourceVersion, appends to history and notifies
@@ -135,23 +172,31 @@ class ObjectStore:
             version = self._resource_version
             metadata(obj)["resourceVersion"] = str(version)
             key = (storage, namespace, name)
+            sorted_keys = self._sorted_keys.setdefault(storage, [])
             if event_type == "DELETED":
-                names.pop(name, None)
+                if names.pop(name, None) is not None:
+                    position = bisect.bisect_left(sorted_keys, (namespace, name))
+                    del sorted_keys[position]
                 if not names:
                     del self._objects[storage][namespace]
                 self._created_order.pop(key, None)
-                self._reindex_owners(key, previous, None)
+                self._reindex_owners(key, previous=previous, current=None)
             else:
                 names[name] = obj
                 if previous is None:
                     self._created_order[key] = version
-                self._reindex_owners(key, previous, obj)
-            event = StoreEvent(event_type, storage, obj, previous, version)
+                    bisect.insort(sorted_keys, (namespace, name))
+                self._reindex_owners(key, previous=previous, current=obj)
+            event: StoreEvent = StoreEvent(event_type, storage, obj, previous, version)
             self._record(event)
             return obj
 
     def _reindex_owners(
-        self, key: tuple[str, str, str], previous: JsonObject | None, current: JsonObject | None
+        self,
+        key: tuple[str, str, str],
+        *,
+        previous: JsonObject | None,
+        current: JsonObject | None,
     ) -> None:
         old, new = _owner_uids(previous), _owner_uids(current)
         for uid in old - new:
@@ -210,11 +255,11 @@ class ObjectStore:
             if subscription in subscribers:
                 subscribers.remove(subscription)
 
-    def snapshot_at(self, storage: str, namespace: str | None, version: int) -> list[JsonObject]:
+    def snapshot_at(self, storage: str, namespace: str | None, *, version: int) -> list[JsonObject]:
         """The objects as of ``version``, rebuilt by undoing later history (410 if compacted)."""
         with self._lock:
             later = self.events_since(storage, version)
-            current, _ = self.list(storage, namespace)
+            current, _ = self.items(storage, namespace)
             state = {object_key(obj): obj for obj in current}
             for event in reversed(later):
                 key = object_key(event.obj)

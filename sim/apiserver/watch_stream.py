@@ -64,14 +64,24 @@ def stream_events(
             except queue.Empty:
                 if client_gone():
                     return
-                if bookmark_seconds is not None and time.monotonic() - last_bookmark >= bookmark_seconds:
+                if (
+                    bookmark_seconds is not None
+                    and time.monotonic() - last_bookmark >= bookmark_seconds
+                ):
                     last_bookmark = time.monotonic()
                     with store.lock:
                         # Only safe to claim "seen up to now" when nothing is queued.
-                        version = store.current_resource_version() if subscription.events.empty() else None
+                        version = (
+                            store.current_resource_version()
+                            if subscription.events.empty()
+                            else None
+                        )
                     if version is not None:
-                        bookmark = {"kind": resource_type.kind, "apiVersion": resource_type.api_version,
-                                    "metadata": {"resourceVersion": str(version)}}
+                        bookmark = {
+                            "kind": resource_type.kind,
+                            "apiVersion": resource_type.api_version,
+                            "metadata": {"resourceVersion": str(version)},
+                        }
                         write_chunk(encode_event("BOOKMARK", bookmark))
                 continue
             batch = [event]

@@ -95,7 +95,8 @@ class _Job:
         return sum(self.placement.values())
 
 
-ProgressFn = Callable[[float], None]
+# Told after every round: simulated time, jobs finished, jobs in the workload.
+ProgressFn = Callable[[float, int, int], None]
 # Sees every round: the time, what the policy was given and what it returned.
 ObserverFn = Callable[[float, PolicyInput, PolicyResult[Any]], None]
 
@@ -106,13 +107,15 @@ def simulate(
     *,
     policy: str,
     params: PolicyParams | Mapping[str, Any] | None = None,
-    config: SimConfig = SimConfig(),
+    config: SimConfig | None = None,
     workload_name: str = "workload",
     progress: ProgressFn | None = None,
     observer: ObserverFn | None = None,
 ) -> SimResult:
     """Replay ``workload`` on the simulated cluster under ``policy``."""
-    simulation = _Simulation(workload, traces, policy, params, config, workload_name, progress)
+    simulation = _Simulation(
+        workload, traces, policy, params, config or SimConfig(), workload_name, progress
+    )
     simulation.observer = observer
     return simulation.run()
 
@@ -130,7 +133,12 @@ class _Simulation:
     ) -> None:
         get_policy(policy)  # fail early on an unknown name
         self.policy = policy
-        self.params = params if params is not None else DEFAULT_POLICY_PARAMS.get(policy)
+        # Mappings are laid over the simulation defaults; typed params are used as given.
+        self.params: PolicyParams | Mapping[str, Any] = (
+            params
+            if isinstance(params, PolicyParams)
+            else {**DEFAULT_POLICY_PARAMS.get(policy, {}), **(params or {})}
+        )
         self.config = config
         self.workload_name = workload_name
         self.progress = progress
@@ -163,11 +171,13 @@ class _Simulation:
     def run(self) -> SimResult:
         started = time.perf_counter()
         config = self.config
-        waiting = list(self.jobs)  # not yet arrived, in arrival order
+        # Not yet arrived, in arrival order.
+        waiting = sorted(self.jobs, key=lambda j: (j.spec.arrival_s, j.spec.name))
         active: list[_Job] = []
         state: PolicyState | None = None
         now = 0.0
         last_completion = 0.0
+        finished = 0
         while (waiting or active) and now <= config.horizon_s:
             if not active and waiting and waiting[0].spec.arrival_s > now:
                 # Nothing runs: jump to the round at or after the next arrival.
@@ -187,13 +197,14 @@ class _Simulation:
                 self._advance(job, now, end)
             for job in [j for j in active if j.completed_at is not None]:
                 active.remove(job)
+                finished += 1
                 last_completion = max(last_completion, job.completed_at or 0.0)
                 self.nodes.release(job.placement)
                 job.placement = {}
                 self.timeline.append((job.completed_at or end, job.spec.name, 0))
             now = end
             if self.progress is not None:
-                self.progress(now)
+                self.progress(now, finished, len(self.jobs))
         first_arrival = min((j.spec.arrival_s for j in self.jobs), default=0.0)
         return SimResult(
             policy=self.policy,
@@ -231,14 +242,21 @@ class _Simulation:
         new_state: PolicyState = result.state
         return new_state
 
-    def _realize(self, active: list[_Job], hints: Mapping[str, Mapping[str, int]], now: float) -> None:
-        """Make placements match the desired counts: shrinks first, then grows by age."""
+    def _realize(
+        self, active: list[_Job], hints: Mapping[str, Mapping[str, int]], now: float
+    ) -> None:
+        """Make placements match the desired counts: shrinks first, then the largest grows."""
         before = {job.key: dict(job.placement) for job in active}
         for job in active:
             if job.gpus > job.desired:
                 job.placement = shrink(job.placement, job.gpus - job.desired, self.nodes)
-        for job in active:
-            if job.gpus < job.desired and self.nodes.free_total > 0:
+        # Largest additions first (best-fit decreasing): small ones fill the gaps.
+        growing = sorted(
+            (job for job in active if job.gpus < job.desired),
+            key=lambda j: -(j.desired - j.gpus),
+        )
+        for job in growing:
+            if self.nodes.free_total > 0:
                 job.placement = grow(
                     job.placement, job.desired - job.gpus, self.nodes, hint=hints.get(job.key)
                 )

@@ -104,7 +104,9 @@ def _hint_fits(hint: Mapping[str, int], add: int, nodes: GpuNodes) -> bool:
 
 def _fewest_nodes(add: int, nodes: GpuNodes) -> list[int]:
     """Nodes to use for ``add`` replicas: fullest-free first, best fit for the rest."""
-    order = sorted((n for n, f in enumerate(nodes.free) if f > 0), key=lambda n: (-nodes.free[n], n))
+    order = sorted(
+        (n for n, f in enumerate(nodes.free) if f > 0), key=lambda n: (-nodes.free[n], n)
+    )
     chosen: list[int] = []
     remaining = add
     for position, node in enumerate(order):

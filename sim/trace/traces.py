@@ -97,8 +97,6 @@ class ApplicationTrace:
     @classmethod
     def load(cls, folder: Path) -> ApplicationTrace:
         name = folder.name
-        if name not in EPOCHS:
-            raise ValueError(f"unknown application {name!r}: no epoch count for it")
         per_placement: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         with (folder / "placements.csv").open() as handle:
             for row in csv.DictReader(handle):
@@ -124,6 +122,10 @@ class ApplicationTrace:
             batch = int(path.stem.split("-")[-1])
             with path.open() as handle:
                 validation[batch] = tuple(int(r["iteration"]) for r in csv.DictReader(handle))
+        if not validation:
+            raise ValueError(f"{folder}: no validation-<B>.csv files")
+        # Applications the study did not name train for every epoch measured.
+        epochs = EPOCHS.get(name, min(len(v) for v in validation.values()))
         all_bsz = [x for rows in per_placement.values() for x, _, _ in rows]
         max_local = int(max(all_bsz))
         return cls(
@@ -133,7 +135,7 @@ class ApplicationTrace:
             validation=validation,
             min_local_bsz=int(min(all_bsz)),
             max_local_bsz=min(max_local, MAX_LOCAL_BATCH.get(name, max_local)),
-            epochs=EPOCHS[name],
+            epochs=epochs,
         )
 
     # --- throughput ---------------------------------------------------------
@@ -215,7 +217,9 @@ class ApplicationTrace:
         return tuple(out)
 
 
-def load_traces(data_dir: Path, applications: set[str] | None = None) -> dict[str, ApplicationTrace]:
+def load_traces(
+    data_dir: Path, applications: set[str] | None = None
+) -> dict[str, ApplicationTrace]:
     """Every application folder under ``data_dir/traces`` (or just those named)."""
     root = data_dir / "traces"
     if not root.is_dir():

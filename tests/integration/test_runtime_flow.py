@@ -25,8 +25,10 @@ def test_reports_are_decided_and_scaled(procs, client_app, recorder, store) -> N
         assert result["ok"] is True
     expected = replay_throughput(reports)
     wait_for(
-        lambda: recorder.all_replicas().get("default/a") == expected
-        and store.cursor("default/a").last_target == expected,
+        lambda: (
+            recorder.all_replicas().get("default/a") == expected
+            and store.cursor("default/a").last_target == expected
+        ),
         timeout=20,
         what=f"default/a at {expected}",
     )

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import celpy
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, render_yaml
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS, Permission
@@ -27,9 +30,7 @@ def all_documents() -> list[dict[str, Any]]:
 
 
 def find(kind: str, name: str) -> dict[str, Any]:
-    matches = [
-        d for d in all_documents() if d["kind"] == kind and d["metadata"]["name"] == name
-    ]
+    matches = [d for d in all_documents() if d["kind"] == kind and d["metadata"]["name"] == name]
     assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found"
     return matches[0]
 
@@ -109,6 +110,49 @@ def test_crd_schema_enforces_replica_bounds() -> None:
     assert set(spec_schema["required"]) == {"scaleTargetRef", "maxReplicas"}
     assert set(props["scaleTargetRef"]["required"]) == {"apiVersion", "kind", "name"}
     assert {"policy", "defaultParallelism", "paused"} <= set(props)
+
+
+def _spec_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = _version()["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def spec_is_valid(spec: dict[str, Any]) -> bool:
+    """What the API server checks: the OpenAPI schema, then the CEL rules."""
+    schema = _spec_schema()
+    if list(jsonschema.Draft7Validator(schema).iter_errors(spec)):
+        return False
+    environment = celpy.Environment()
+    for validation in schema["x-kubernetes-validations"]:
+        program = environment.program(environment.compile(validation["rule"]))
+        if not program.evaluate({"self": json_to_cel(spec)}):
+            return False
+    return True
+
+
+TARGET = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}
+
+
+@pytest.mark.parametrize(
+    ("bounds", "valid"),
+    [
+        ({"minReplicas": 0, "maxReplicas": 0}, True),
+        ({"minReplicas": 2, "maxReplicas": 8}, True),
+        ({"minReplicas": 8, "maxReplicas": 8}, True),
+        ({"maxReplicas": 3}, True),  # minReplicas defaults to 1
+        ({"minReplicas": 9, "maxReplicas": 8}, False),
+        ({"minReplicas": -1, "maxReplicas": 8}, False),
+        ({"minReplicas": 0, "maxReplicas": -1}, False),
+        ({"minReplicas": 1}, False),  # maxReplicas is required
+    ],
+)
+def test_crd_admits_exactly_0_le_min_le_max(bounds: dict[str, int], valid: bool) -> None:
+    assert spec_is_valid({"scaleTargetRef": TARGET, **bounds}) is valid
+
+
+def test_crd_requires_a_complete_scale_target() -> None:
+    assert not spec_is_valid({"scaleTargetRef": {"kind": "Deployment"}, "maxReplicas": 2})
+    assert not spec_is_valid({"maxReplicas": 2})
 
 
 def test_crd_status_and_printer_columns() -> None:

@@ -101,8 +101,12 @@ def test_structured_selector_and_null_selector() -> None:
         (4, None, None),
     ],
 )
-def test_scaling_limited_reasons(requested: int, limited_by: str | None, reason: str | None) -> None:
-    limit = replica_limit(requested=requested, min_replicas=2, max_replicas=6, limited_by=limited_by)
+def test_scaling_limited_reasons(
+    requested: int, limited_by: str | None, reason: str | None
+) -> None:
+    limit = replica_limit(
+        requested=requested, min_replicas=2, max_replicas=6, limited_by=limited_by
+    )
     assert (limit.reason if limit else None) == reason
 
 
@@ -110,12 +114,21 @@ def test_next_status_fields_and_transition_times() -> None:
     decision = Decision(policy="edl", rule="edl.scale_up", reason="grew 2 -> 3")
     conditions = scaling_conditions(target="Deployment/t", current=3, limit=None)
     first = next_status(
-        {}, current=3, desired=3, decision=decision, conditions=conditions,
-        generation=4, now=0.0, scaled=True,
+        {},
+        current=3,
+        desired=3,
+        decision=decision,
+        conditions=conditions,
+        generation=4,
+        now=0.0,
+        scaled=True,
     )
     assert first["currentReplicas"] == 3 and first["desiredReplicas"] == 3
-    assert first["lastDecision"] == {"policy": "edl", "rule": "edl.scale_up",
-                                     "reason": "grew 2 -> 3"}
+    assert first["lastDecision"] == {
+        "policy": "edl",
+        "rule": "edl.scale_up",
+        "reason": "grew 2 -> 3",
+    }
     assert first["observedGeneration"] == 4
     assert first["lastScaleTime"] == "1970-01-01T00:00:00Z"
     by_type = {c["type"]: c for c in first["conditions"]}
@@ -123,12 +136,19 @@ def test_next_status_fields_and_transition_times() -> None:
     assert by_type["ScalingLimited"]["status"] == "False"
 
     limited = scaling_conditions(
-        target="Deployment/t", current=6, limit=replica_limit(
-            requested=9, min_replicas=2, max_replicas=6, limited_by=None),
+        target="Deployment/t",
+        current=6,
+        limit=replica_limit(requested=9, min_replicas=2, max_replicas=6, limited_by=None),
     )
     second = next_status(
-        first, current=6, desired=6, decision=decision, conditions=limited,
-        generation=4, now=60.0, scaled=False,
+        first,
+        current=6,
+        desired=6,
+        decision=decision,
+        conditions=limited,
+        generation=4,
+        now=60.0,
+        scaled=False,
     )
     by_type = {c["type"]: c for c in second["conditions"]}
     # Unchanged statuses keep their transition time; the flipped one moves.
@@ -215,8 +235,12 @@ def test_kind_resolver_uses_discovery_once_and_falls_back() -> None:
     def fetch(path: str) -> dict[str, object]:
         asked.append(path)
         if path == "/apis/kubeflow.org/v1":
-            return {"resources": [{"name": "pytorchjobs/scale", "kind": "Scale"},
-                                  {"name": "pytorchjobs", "kind": "PyTorchJob"}]}
+            return {
+                "resources": [
+                    {"name": "pytorchjobs/scale", "kind": "Scale"},
+                    {"name": "pytorchjobs", "kind": "PyTorchJob"},
+                ]
+            }
         raise KubeApiError(404, reason="Not Found")
 
     resolver = KindResolver(fetch)

@@ -116,7 +116,7 @@ def test_min_above_max_is_rejected() -> None:
 
 
 def test_batch_job_uses_parallelism_and_completion() -> None:
-    job = {
+    job: dict[str, Any] = {
         "metadata": {"name": "trainer", "namespace": "ml"},
         "spec": {
             "parallelism": 4,

@@ -48,8 +48,8 @@ def test_fulfillment(cur: int, lo: int, hi: int, expected: float) -> None:
 
 
 def test_task_operation_values_match_kubeml() -> None:
-    assert TaskOperation.CREATE_TASK == 0
-    assert TaskOperation.UPDATE_TASK == 1
+    assert [int(op) for op in TaskOperation] == [0, 1]
+    assert [op.name for op in TaskOperation] == ["CREATE_TASK", "UPDATE_TASK"]
 
 
 def test_train_task_round_trips_through_json() -> None:

@@ -13,8 +13,8 @@ from Redis so a test can change it while workers run):
   e.g. ``500,429,409``) picked at random; ``always_fail`` (a status) fails
   every call. 5xx, 429 and 409 raise ``TransientScaleError``; others
   ``PermanentScaleError``.
-* ``P faults:pause:<point>`` STRING seconds: ``FaultInjector.pause`` sleeps
-  that long at the named point (``schedule``, ``scale``, ``scale_applied``)
+* ``P faults:pause:<point>`` STRING seconds: the first process to reach the
+  named point takes (deletes) it and sleeps that long there (``schedule``, ``scale``, ``scale_applied``)
   after writing ``P faults:paused:<point>`` = ``{pid, detail}``, so a test
   knows which process to kill.
 """
@@ -47,7 +47,8 @@ class FaultInjector:
     def pause(self, point: str, detail: str = "") -> None:
         if not self.enabled:
             return
-        seconds = self._redis.get(f"{self._prefix}faults:pause:{point}")
+        # One-shot: the first process to reach the point takes the pause.
+        seconds = self._redis.getdel(f"{self._prefix}faults:pause:{point}")
         if not seconds:
             return
         marker = json.dumps({"pid": os.getpid(), "detail": detail})

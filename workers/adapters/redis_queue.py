@@ -108,7 +108,12 @@ return_expired(p, now, 1000)
 for i = 5, #ARGV do
   local q = ARGV[i]
   local qkey = p .. 'queue:' .. q
-  local items = redis.call('LRANGE', qkey, 0, scan - 1)
+  -- Scan from the head in small chunks: the head is almost always poppable.
+  local offset = 0
+  while offset < scan do
+  local items = redis.call('LRANGE', qkey, offset, offset + 15)
+  if #items == 0 then break end
+  offset = offset + 16
   for _, item in ipairs(items) do
     local member = q .. ':' .. item
     if not redis.call('ZSCORE', p .. 'queue:leases', member) then
@@ -125,6 +130,7 @@ for i = 5, #ARGV do
       for _, entry in ipairs(redis.call('LRANGE', infl, 0, -1)) do table.insert(out, entry) end
       return out
     end
+  end
   end
 end
 return false
@@ -304,6 +310,13 @@ class RedisSchedulerQueue:
         return bool(
             self._ack(args=[self._prefix, delivery.queue, delivery.item_id, delivery.token])
         )
+
+    def ack_deliveries(self, deliveries: list[Delivery]) -> list[bool]:
+        """``ack_delivery`` for many, in one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for d in deliveries:
+            self._ack(args=[self._prefix, d.queue, d.item_id, d.token], client=pipe)
+        return [bool(x) for x in pipe.execute()]
 
     def nack_delivery(self, delivery: Delivery) -> bool:
         """Put a delivery back at the front of its queue now (e.g. no capacity yet)."""

@@ -211,14 +211,16 @@ class StateStore:
             with self.redis.pipeline() as pipe:
                 try:
                     pipe.watch(state_key, cursor_key, generation_key)  # type: ignore[no-untyped-call]
-                    state_raw = _opt_text(pipe.get(state_key))
-                    cursor_raw = pipe.get(cursor_key)
+                    state_value, cursor_raw, generation_raw = pipe.mget(
+                        state_key, cursor_key, generation_key
+                    )
+                    state_raw = _opt_text(state_value)
                     cursor = (
                         ScheduleCursor.model_validate_json(cursor_raw)
                         if cursor_raw
                         else ScheduleCursor()
                     )
-                    generation = int(pipe.get(generation_key) or 0)
+                    generation = int(generation_raw or 0)
                     result = compute(state_raw, cursor, generation)
                     writes = commit(result)
                     if writes is None:
@@ -269,6 +271,14 @@ class StateStore:
     def applied(self, job: str) -> AppliedTarget | None:
         raw = self.redis.get(self.job_key(job, "applied"))
         return AppliedTarget.model_validate_json(raw) if raw else None
+
+    def generation_and_applied(self, job: str) -> tuple[int, AppliedTarget | None]:
+        """The newest decision's generation and the newest applied one, in one read."""
+        generation, applied = self.redis.mget(
+            self.job_key(job, "generation"), self.job_key(job, "applied")
+        )
+        record = AppliedTarget.model_validate_json(applied) if applied else None
+        return int(generation or 0), record
 
     def set_applied(self, job: str, applied: AppliedTarget) -> None:
         self.redis.set(self.job_key(job, "applied"), applied.model_dump_json())

@@ -1,111 +1,525 @@
-"""``trainscaler run``: the product command.
+"""``trainscaler run``: the whole system on loopback, in one command.
 
-Until the embedded system lands, it plans a built-in example cluster with the
-``edl`` policy and prints every decision with its reason.
+The one place that composes the simulated parts (``sim``) with the runtime
+(``workers``). It starts, each as a supervised child in its own process
+group: an embedded ``redis-server`` (unless a Redis URL is configured), the
+loopback Kubernetes API server with simulated GPU nodes (unless ``--cluster
+kubeconfig``), a Celery worker, beat, the HTTP API and Flower; installs the
+ElasticJob CRD; then drives a mix of simulated training jobs and shows them
+live. Children get their configuration only through ``TRAINSCALER_*``
+variables built from one ``Settings``. SIGINT / SIGTERM, or ``--duration``,
+stop every child and exit 0; a child that dies on its own stops the run with
+exit code 1.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from kubernetes import client as k8s_client
 from rich.console import Console
-from rich.table import Table
+from rich.live import Live
 
-from scheduler_core.accounting import inquire
-from scheduler_core.models import ElasticJob, Resources
-from scheduler_core.policies.base import PolicyInput
-from scheduler_core.registry import decide
+from sim.embedded.api_client import TrainscalerApi
+from sim.embedded.childenv import child_env
+from sim.embedded.curves import EpochCurve, curve_for
+from sim.embedded.driver import DEFAULT_MIX, JobDriver
+from sim.embedded.kube import ClusterJobs, ElasticJobKind
+from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
+from sim.embedded.ports import LOOPBACK, choose_port
+from sim.embedded.supervisor import (
+    Child,
+    ChildFailedError,
+    ChildSpec,
+    StartCancelledError,
+    Supervisor,
+    http_ready,
+    log_ready,
+    tcp_ready,
+)
+from sim.embedded.table import StatusPoller, change_lines, render_table
+from workers.adapters.kubernetes.client import load_configuration
+from workers.adapters.kubernetes.crd import GROUP, KIND, PLURAL, VERSION, install_crd
+from workers.adapters.redis_server import redis_server_binary
+from workers.settings import Settings, get_settings
+from workers.wiring import Runtime
+
+DEFAULT_DATA_DIR = Path("../shared/data/pollux")
 
 
-def _example() -> tuple[list[dict[str, Any]], list[dict[str, Any]], tuple[ElasticJob, ...]]:
-    nodes = [
-        {
-            "metadata": {"name": f"node-{i}"},
-            "spec": {},
-            "status": {
-                "allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        for i in range(4)
+class ClusterMode(StrEnum):
+    LOOPBACK = "loopback"
+    KUBECONFIG = "kubeconfig"
+
+
+@dataclass
+class Stopper:
+    """Set by SIGINT / SIGTERM (or the duration); the main loop polls it."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+
+    def stop(self, reason: str) -> None:
+        if not self.event.is_set():
+            self.reason = reason
+            self.event.set()
+
+
+@contextmanager
+def _signals(stopper: Stopper, supervisor: Supervisor) -> Iterator[None]:
+    def handle(signum: int, _frame: Any) -> None:
+        stopper.stop(signal.Signals(signum).name)
+        supervisor.cancel.set()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _quiet(_line: str) -> None:
+    return None
+
+
+def _printer(console: Console, *, table: bool) -> Callable[[str], None]:
+    """Lines through rich next to the live table; plain flushed lines otherwise."""
+
+    def say(line: str) -> None:
+        if table:
+            console.print(line, markup=False, highlight=False)
+        else:
+            print(line, flush=True)
+
+    return say
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+@dataclass
+class Plan:
+    """Everything one run decided before starting children."""
+
+    run_dir: Path
+    settings: Settings
+    embedded_redis: bool
+    loopback_cluster: bool
+    api_port: int
+    flower_port: int
+    kube_port: int = 0
+    redis_port: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.api_port}"
+
+    @property
+    def flower_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.flower_port}"
+
+
+def _plan(
+    base: Settings,
+    *,
+    run_dir: Path,
+    cluster: ClusterMode,
+    api_port: int,
+    flower_port: int,
+    autoscale_interval: float,
+) -> Plan:
+    # A Redis URL set in the environment wins over the embedded server.
+    embedded_redis = "redis_url" not in base.model_fields_set
+    loopback = cluster == ClusterMode.LOOPBACK
+    redis_port = choose_port(None) if embedded_redis else 0
+    kube_port = choose_port(None) if loopback else 0
+    updates: dict[str, Any] = {
+        "scaler": "kubernetes",
+        "autoscale_interval": autoscale_interval,
+        "metrics_interval": max(autoscale_interval, 1.0),
+        "api_auth_disabled": False,
+        "api_token": base.api_token or secrets.token_urlsafe(24),
+    }
+    if embedded_redis:
+        updates["redis_url"] = f"redis://{LOOPBACK}:{redis_port}/0"
+    if loopback:
+        updates["kubeconfig"] = str(run_dir / "kubeconfig")
+        updates["kube_in_cluster"] = False
+    api = choose_port(api_port)
+    updates["api_url"] = f"http://{LOOPBACK}:{api}"
+    settings = base.model_copy(update=updates)
+    flower = choose_port(flower_port)
+    notes = [
+        f"{name} port {wanted} is taken; using {chosen}"
+        for name, wanted, chosen in (("API", api_port, api), ("Flower", flower_port, flower))
+        if wanted and wanted != chosen
     ]
-    pods = [
-        {
-            "metadata": {"name": f"bert-{i}", "namespace": "ml"},
-            "spec": {
-                "nodeName": f"node-{i}",
-                "containers": [
-                    {
-                        "name": "main",
-                        "resources": {
-                            "requests": {"cpu": "2", "memory": "8Gi"},
-                            "limits": {"nvidia.com/gpu": "1"},
-                        },
-                    }
-                ],
-            },
-            "status": {"phase": "Running"},
-        }
-        for i in range(2)
-    ]
-    gpu_replica = Resources(cpu_milli=2000, memory_mega=8590, gpu=1)
-    jobs = (
-        ElasticJob(
-            namespace="ml",
-            name="bert",
-            min_replicas=1,
-            max_replicas=8,
-            current_replicas=2,
-            requests=gpu_replica,
-            limits=Resources(gpu=1),
-        ),
-        ElasticJob(
-            namespace="ml",
-            name="resnet",
-            min_replicas=2,
-            max_replicas=6,
-            current_replicas=0,
-            requests=gpu_replica,
-            limits=Resources(gpu=1),
-        ),
-        ElasticJob(
-            namespace="ml",
-            name="ncf",
-            min_replicas=1,
-            max_replicas=4,
-            current_replicas=0,
-            requests=Resources(cpu_milli=1000, memory_mega=2000),
-        ),
+    return Plan(
+        run_dir=run_dir,
+        settings=settings,
+        embedded_redis=embedded_redis,
+        loopback_cluster=loopback,
+        api_port=api,
+        flower_port=flower,
+        kube_port=kube_port,
+        redis_port=redis_port,
+        notes=notes,
     )
-    return nodes, pods, jobs
+
+
+def _start_children(plan: Plan, supervisor: Supervisor, *, nodes: int, gpus: int) -> None:
+    inherited = dict(os.environ)  # passed through, never interpreted (Settings reads it)
+    env = child_env(inherited, plan.settings.model_dump(mode="json"))
+    first: list[Child] = []
+    if plan.embedded_redis:
+        data = plan.run_dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            redis_server_binary(),
+            "--bind", LOOPBACK, "--port", str(plan.redis_port), "--dir", str(data),
+            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+        ]  # fmt: skip
+        spec = ChildSpec("redis", argv, env, ready=tcp_ready(plan.redis_port), ready_timeout=20)
+        first.append(supervisor.start(spec, wait=False))
+    if plan.loopback_cluster:
+        kubeconfig = plan.run_dir / "kubeconfig"
+        argv = _python(
+            "-m", "sim.apiserver", "--port", str(plan.kube_port), "--nodes", str(nodes),
+            "--gpus", str(gpus), "--gpu-resource", plan.settings.gpu_resource,
+            "--kubeconfig", str(kubeconfig),
+        )  # fmt: skip
+        ready = kubeconfig.exists
+        first.append(supervisor.start(ChildSpec("apiserver", argv, env, ready=ready), wait=False))
+    for child in first:
+        supervisor.wait_ready(child)
+
+    worker_log = supervisor.log_dir / "worker.log"
+    celery = _python("-m", "celery", "-A", "workers")
+    queues = "control,events,cluster-writes"
+    specs = [
+        ChildSpec(
+            "worker",
+            [
+                *celery, "worker", "--pool", "threads", "--concurrency", "4", "--events",
+                "--queues", queues, "--hostname", "trainscaler@%h", "--loglevel", "INFO",
+            ],
+            env,
+            ready=log_ready(worker_log, " ready."),
+        ),
+        ChildSpec(
+            "beat",
+            [
+                *celery, "beat", "--loglevel", "INFO", "--max-interval", "1",
+                "--schedule", str(plan.run_dir / "beat-schedule"),
+            ],
+            env,
+        ),
+        ChildSpec(
+            "api",
+            _python("-m", "workers.cli", "api", "--host", LOOPBACK, "--port", str(plan.api_port)),
+            env,
+            ready=http_ready(f"{plan.api_url}/health", statuses=(200, 503)),
+        ),
+        ChildSpec(
+            "flower",
+            [*celery, "flower", f"--address={LOOPBACK}", f"--port={plan.flower_port}"],
+            # Loopback only: Flower's REST API answers without basic auth here.
+            {**env, "FLOWER_UNAUTHENTICATED_API": "true"},
+            ready=http_ready(f"{plan.flower_url}/healthcheck"),
+        ),
+    ]  # fmt: skip
+    started = [supervisor.start(spec, wait=False) for spec in specs]
+    for child in started:
+        supervisor.wait_ready(child)
+
+
+def _kube_api_client(settings: Settings) -> Any:
+    return k8s_client.ApiClient(configuration=load_configuration(settings))
+
+
+def _curves(data_dir: Path | None) -> dict[str, EpochCurve]:
+    loaded: dict[str, Any] = {}
+    return {
+        spec.name: curve_for(spec.application, spec.batch_size, data_dir=data_dir, loaded=loaded)
+        for spec in DEFAULT_MIX
+    }
+
+
+def _wait_first_autoscale(runtime: Runtime, stopper: Stopper, *, timeout: float) -> float | None:
+    """Seconds waited until an autoscale run finished without error (None on timeout)."""
+    started = time.monotonic()
+    while not stopper.event.is_set() and time.monotonic() - started < timeout:
+        with suppress(Exception):  # Redis may refuse while starting; retried until timeout
+            if any(not run.note for run in runtime.store.runs(limit=20)):
+                return time.monotonic() - started
+        stopper.event.wait(0.2)
+    return None
+
+
+def _summary(
+    plan: Plan,
+    driver: JobDriver | None,
+    runtime: Runtime,
+    *,
+    started_s: float | None,
+    children: dict[str, int],
+) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    for view in driver.views() if driver is not None else []:
+        applied = None
+        with suppress(Exception):
+            applied = runtime.store.applied(view.key) if view.key else None
+        jobs[view.name] = {
+            "key": view.key,
+            "kind": view.mode,
+            "scale_events": view.scale_events,
+            "replica_history": view.history,
+            "epochs": view.epoch,
+            "epoch_restarts": view.restarts,
+            "state": view.state,
+            "error": view.error,
+            "applied": applied.model_dump(mode="json") if applied is not None else None,
+        }
+    dead: int | None = None
+    with suppress(Exception):
+        dead = runtime.dead_letters.count()
+    autoscale_runs: int | None = None
+    with suppress(Exception):
+        autoscale_runs = len(runtime.store.runs(limit=1000))
+    return {
+        "api_url": plan.api_url,
+        "flower_url": plan.flower_url,
+        "run_dir": str(plan.run_dir),
+        "startup_s": started_s,
+        "children": children,
+        "ports": {
+            name: port
+            for name, port in (
+                ("api", plan.api_port),
+                ("flower", plan.flower_port),
+                ("redis", plan.redis_port),
+                ("kubernetes", plan.kube_port),
+            )
+            if port
+        },
+        "autoscale_runs": autoscale_runs,
+        "dead_letters": dead,
+        "jobs": jobs,
+    }
 
 
 def run(
-    max_load_desired: float = typer.Option(
-        0.97, help="EDL's load cap as a fraction of the cluster"
-    ),
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", min=1, help="Stop by itself after this many seconds (exit 0)."),
+    ] = None,
+    cluster: Annotated[
+        ClusterMode,
+        typer.Option(
+            "--cluster",
+            help="loopback: simulated API server and nodes; kubeconfig: the cluster KUBECONFIG names.",
+        ),
+    ] = ClusterMode.LOOPBACK,
+    table: Annotated[
+        bool, typer.Option("--table/--no-table", help="Live table, or plain log lines.")
+    ] = True,
+    api_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="API port; a free one if taken.")
+    ] = 8000,
+    flower_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Flower port; a free one if taken.")
+    ] = 5555,
+    nodes: Annotated[int, typer.Option(min=1, help="Simulated nodes (loopback).")] = 4,
+    gpus: Annotated[int, typer.Option(min=1, help="GPUs per simulated node (loopback).")] = 4,
+    jobs: Annotated[
+        bool, typer.Option("--jobs/--no-jobs", help="Submit the simulated job mix.")
+    ] = True,
+    autoscale_interval: Annotated[
+        float, typer.Option(min=0.5, help="Seconds between autoscale runs.")
+    ] = 5.0,
+    epoch_seconds: Annotated[
+        float, typer.Option(min=0.2, help="Wall seconds of a simulated epoch.")
+    ] = 3.0,
+    data_dir: Annotated[
+        Path, typer.Option(help="Pollux traces; synthetic curves when the folder is absent.")
+    ] = DEFAULT_DATA_DIR,
+    summary: Annotated[Path | None, typer.Option(help="Write a JSON summary here on exit.")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Logs and state (default: a new temp dir).")
+    ] = None,
 ) -> None:
-    """Run trainscaler (for now: plan a built-in example cluster and show why)."""
-    nodes, pods, jobs = _example()
-    cluster = inquire(nodes, pods)
-    result = decide(
-        "edl",
-        PolicyInput(jobs=jobs, cluster=cluster),
-        params={"max_load_desired": max_load_desired},
+    """Run the whole system on loopback: Redis, Kubernetes, worker, beat, API, Flower, jobs."""
+    console = Console(stderr=False)
+    say = _printer(console, table=table)
+    began = time.monotonic()
+    stopper = Stopper()
+    folder = run_dir or Path(tempfile.mkdtemp(prefix="trainscaler-run-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    plan = _plan(
+        get_settings(),
+        run_dir=folder,
+        cluster=cluster,
+        api_port=api_port,
+        flower_port=flower_port,
+        autoscale_interval=autoscale_interval,
     )
-    table = Table(title=f"edl plan, {cluster.node_count} nodes, {cluster.gpu_total} GPUs")
-    for column in ("job", "current", "target", "rule", "reason"):
-        table.add_column(column)
-    for decision in result.plan.decisions:
-        table.add_row(
-            decision.job,
-            str(decision.current),
-            str(decision.target),
-            decision.reason.rule,
-            decision.reason.message,
-        )
-    Console().print(table)
+    supervisor = Supervisor(log_dir=folder / "logs")
+    runtime = Runtime(plan.settings)
+    driver: JobDriver | None = None
+    poller: StatusPoller | None = None
+    ps: ParameterServer | None = None
+    api: TrainscalerApi | None = None
+    startup_s: float | None = None
+    exit_code = 0
+    with _signals(stopper, supervisor):
+        try:
+            say(f"starting trainscaler ({cluster.value} cluster); logs in {supervisor.log_dir}")
+            for note in plan.notes:
+                say(note)
+            _start_children(plan, supervisor, nodes=nodes, gpus=gpus)
+            kube = _kube_api_client(plan.settings)
+            install_crd(kube)
+            cluster_jobs = ClusterJobs(
+                kube,
+                kind=ElasticJobKind(GROUP, VERSION, PLURAL, KIND),
+                gpu_resource=plan.settings.gpu_resource,
+            )
+            api = TrainscalerApi(plan.api_url, token=plan.settings.api_token, timeout=15.0)
+            board = ParallelismBoard()
+            ps = ParameterServer(board).start()
+            if jobs:
+                folder_or_none = data_dir if (data_dir / "traces").is_dir() else None
+                driver = JobDriver(
+                    DEFAULT_MIX,
+                    curves=_curves(folder_or_none),
+                    api=api,
+                    cluster=cluster_jobs,
+                    board=board,
+                    ps_url=ps.url,
+                    epoch_wall_s=epoch_seconds,
+                    # Next to the live table, failures show in its rows instead.
+                    log=say if not table else _quiet,
+                )
+                driver.start()
+                poller = StatusPoller(driver, api=api, cluster=cluster_jobs)
+                poller.start()
+            waited = _wait_first_autoscale(runtime, stopper, timeout=120)
+            if waited is not None:
+                startup_s = time.monotonic() - began
+            say(f"Flower: {plan.flower_url}")
+            say(
+                f"API:    {plan.api_url}  (docs {plan.api_url}/docs; bearer token in {folder / 'api-token'})"
+            )
+            (folder / "api-token").write_text(plan.settings.api_token or "")
+            say(
+                f"ready in {startup_s:.1f}s (first autoscale succeeded)"
+                if startup_s is not None
+                else "no autoscale run succeeded within 120s"
+            )
+            exit_code = _main_loop(
+                plan, supervisor, stopper, driver, poller, began=began, duration=duration,
+                table=table, console=console, say=say,
+            )  # fmt: skip
+        except StartCancelledError:
+            say(f"stopping: {stopper.reason} during start-up")
+        except ChildFailedError as error:
+            say(f"error: {error}")
+            exit_code = 1
+        finally:
+            if driver is not None:
+                driver.stop()
+            if poller is not None:
+                poller.stop()
+            report = _summary(
+                plan, driver, runtime, started_s=startup_s, children=supervisor.pids()
+            )
+            if summary is not None:
+                summary.write_text(json.dumps(report, indent=2))
+            say(_closing_line(report))
+            if ps is not None:
+                ps.stop()
+            if api is not None:
+                api.close()
+            for line in supervisor.stop_all():
+                say(f"stopped {line}")
+    raise typer.Exit(exit_code)
+
+
+def _closing_line(report: dict[str, Any]) -> str:
+    jobs = report["jobs"].values()
+    scaled = sum(1 for job in jobs if job["scale_events"] > 0)
+    return (
+        f"summary: {report['autoscale_runs']} autoscale runs, {scaled}/{len(report['jobs'])} "
+        f"jobs scaled, dead letters: {report['dead_letters']}"
+    )
+
+
+def _main_loop(
+    plan: Plan,
+    supervisor: Supervisor,
+    stopper: Stopper,
+    driver: JobDriver | None,
+    poller: StatusPoller | None,
+    *,
+    began: float,
+    duration: float | None,
+    table: bool,
+    console: Console,
+    say: Callable[[str], None],
+) -> int:
+    urls = {"Flower": plan.flower_url, "API": plan.api_url}
+    previous: dict[str, tuple[Any, ...]] = {}
+    exit_code = 0
+
+    def tick() -> bool:
+        nonlocal exit_code
+        if duration is not None and time.monotonic() - began >= duration:
+            stopper.stop(f"duration {duration:.0f}s reached")
+        dead = supervisor.dead()
+        if dead:
+            names = ", ".join(f"{c.name} (exit {c.process.returncode})" for c in dead)
+            say(f"error: {names} stopped on its own; see {supervisor.log_dir}")
+            stopper.stop("a child died")
+            exit_code = 1
+        return stopper.event.wait(0.5)
+
+    if table and driver is not None and poller is not None:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            while True:
+                elapsed = time.monotonic() - began
+                views = driver.views()
+                live.update(
+                    render_table(views, status=poller.status(), urls=urls, elapsed_s=elapsed)
+                )
+                if tick():
+                    break
+        console.print()
+    else:
+        while True:
+            if driver is not None:
+                for line in change_lines(driver.views(), previous):
+                    say(line)
+            if tick():
+                break
+    say(f"stopping: {stopper.reason}")
+    return exit_code
 
 
 def register(app: typer.Typer) -> None:

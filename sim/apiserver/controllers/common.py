@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from ...json_types import JsonObject
+from ..json_types import JsonObject
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 _SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -57,22 +57,26 @@ def pod_from_template(
         meta["name"] = name
     if generate_name is not None:
         meta["generateName"] = generate_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": copy.deepcopy(template.get("spec") or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
 
 
 def is_active(pod: JsonObject) -> bool:
-    return (pod.get("status") or {}).get("phase") not in TERMINATED_PHASES
+    return bool((pod.get("status") or {}).get("phase") not in TERMINATED_PHASES)
 
 
 def is_ready(pod: JsonObject) -> bool:
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return False
 
 
-def set_condition(conditions: list[JsonObject], new: JsonObject, now: str) -> list[JsonObject]:
+def set_condition(conditions: list[JsonObject], new: JsonObject, *, now: str) -> list[JsonObject]:
     """Upsert a condition by type; an unchanged condition keeps its timestamps so
     that re-reconciling writes nothing (and so triggers no further events)."""
     result: list[JsonObject] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Protocol
 
 from ..errors import ApiError
@@ -33,12 +34,17 @@ class ControllerManager:
         self._store = store
         self._controllers = controllers
         self._stopping = threading.Event()
-        self._idle = threading.Event()
+        self._progress = threading.Condition()
+        self._handled_version = 0
         self._thread: threading.Thread | None = None
         self._subscription: Subscription | None = None
 
     def start(self) -> None:
-        self._subscription, _ = self._store.subscribe(None)
+        def note_start() -> list[StoreEvent]:
+            self._handled_version = self._store.current_resource_version()
+            return []
+
+        self._subscription, _ = self._store.subscribe(None, prepare=note_start)
         self._thread = threading.Thread(target=self._run, name="sim-controllers", daemon=True)
         self._thread.start()
 
@@ -50,8 +56,16 @@ class ControllerManager:
             self._store.unsubscribe(self._subscription)
 
     def wait_idle(self, timeout: float) -> bool:
-        """True once every queued event has been handled (for in-process tests)."""
-        return self._idle.wait(timeout)
+        """True once every change committed so far, including the controllers'
+        own follow-up writes, has been handled; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while self._handled_version < self._store.current_resource_version():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.05))
+        return True
 
     def _run(self) -> None:
         subscription = self._subscription
@@ -61,9 +75,7 @@ class ControllerManager:
             try:
                 first = subscription.events.get(timeout=_IDLE_WAIT_SECONDS)
             except queue.Empty:
-                self._idle.set()
                 continue
-            self._idle.clear()
             batch = [first]
             while True:
                 try:
@@ -71,8 +83,9 @@ class ControllerManager:
                 except queue.Empty:
                     break
             self._handle(batch)
-            if subscription.events.empty():
-                self._idle.set()
+            with self._progress:
+                self._handled_version = batch[-1].resource_version
+                self._progress.notify_all()
 
     def _handle(self, batch: list[StoreEvent]) -> None:
         for event in batch:

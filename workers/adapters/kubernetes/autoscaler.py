@@ -87,8 +87,9 @@ class Autoscaler:
         """EDL ``InquiryResource``: the cluster's totals, requests and per-node room."""
         return self._reader.inquire()
 
-    def plan(self, state: PolicyState | None = None) -> tuple[ScalingPlan, ClusterResource,
-                                                            PolicyState]:
+    def plan(
+        self, state: PolicyState | None = None
+    ) -> tuple[ScalingPlan, ClusterResource, PolicyState]:
         cluster = self.inquiry_resource()
         jobs = tuple(self._reader.elastic_jobs())
         result = decide(
@@ -147,4 +148,3 @@ class Autoscaler:
 
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
-

@@ -73,6 +73,7 @@ class Informer:
         field_selector: str | None = None,
         label_selector: str | None = None,
         watch_timeout_seconds: int = 300,
+        bookmarks: bool = True,
         backoff: Backoff = Backoff(),
         wait: Callable[[threading.Event, float], bool] | None = None,
     ) -> None:
@@ -85,6 +86,7 @@ class Informer:
         if label_selector:
             self._selectors["labelSelector"] = label_selector
         self._watch_timeout = watch_timeout_seconds
+        self._bookmarks = bookmarks
         self._backoff = backoff
         # Injected so tests can run backoff without real sleeps; default waits on the stop event.
         self._wait = wait or (lambda event, seconds: event.wait(seconds))
@@ -208,7 +210,8 @@ class Informer:
     def _watch_once(self) -> None:
         query: dict[str, str | int | bool] = dict(self._selectors)
         query["resourceVersion"] = self.resource_version
-        query["allowWatchBookmarks"] = True
+        if self._bookmarks:
+            query["allowWatchBookmarks"] = True
         stream = self._client.watch(self._path, query=query, timeout_seconds=self._watch_timeout)
         with self._lock:
             self._stream = stream
@@ -281,4 +284,3 @@ class ClusterCache:
 
     def stats(self) -> dict[str, InformerStats]:
         return {plural: informer.stats() for plural, informer in self._informers.items()}
-

@@ -15,6 +15,7 @@ Owns three things:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -157,10 +158,15 @@ class WatchStream:
             self.response.release_conn()
 
     def close(self) -> None:
+        if self._closed.is_set():
+            return
         self._closed.set()
+        # shutdown() unblocks a read in progress in another thread (urllib3 >= 2.3);
+        # it refuses once the stream ended and the connection went back to the pool.
         shutdown = getattr(self.response, "shutdown", None)
         if callable(shutdown):
-            shutdown()
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                shutdown()
         self.response.close()
 
 
@@ -292,7 +298,5 @@ def build_kube_client(
     """A client for the configured cluster, limited to the settings' QPS and burst."""
     if api_client is None:
         api_client = k8s_client.ApiClient(configuration=load_configuration(settings))
-    limiter = TokenBucket(
-        settings.kube_qps, settings.kube_burst, clock=clock or MonotonicClock()
-    )
+    limiter = TokenBucket(settings.kube_qps, settings.kube_burst, clock=clock or MonotonicClock())
     return KubeClient(api_client, limiter=limiter, field_manager=settings.kube_field_manager)

@@ -36,8 +36,9 @@ REQUIRED_PERMISSIONS: frozenset[Permission] = frozenset(
     | _grant(GROUP, (PLURAL,), ("get",))
     | _grant(GROUP, (f"{PLURAL}/status",), ("update",))
     # scaler.py: Scale read and replaced with its resourceVersion as precondition.
-    | _grant("apps", ("deployments/scale", "statefulsets/scale", "replicasets/scale"),
-             ("get", "update"))
+    | _grant(
+        "apps", ("deployments/scale", "statefulsets/scale", "replicasets/scale"), ("get", "update")
+    )
     # scaler.py: batch/v1 Jobs through spec.parallelism (merge patch).
     | _grant("batch", ("jobs",), ("get", "patch"))
     # events.py

@@ -94,16 +94,23 @@ class KubeClusterReader:
         if self._cache.has(kind):
             workload = self._cache.informer(kind).get(namespace, ref.name)
             if workload is None:
-                log.info("ElasticJob %s/%s: target %s %s not found", namespace, name, ref.kind,
-                         ref.name)
+                log.info(
+                    "ElasticJob %s/%s: target %s %s not found", namespace, name, ref.kind, ref.name
+                )
                 return None
             return view_of_workload(workload, batch_job=kind == JOBS)
         try:
             scale = self._client.request("GET", kind.object_path(namespace, ref.name, "scale"))
         except KubeApiError as error:
             if error.status in (403, 404):
-                log.info("ElasticJob %s/%s: no /scale for %s %s (%s)", namespace, name,
-                         ref.kind, ref.name, error)
+                log.info(
+                    "ElasticJob %s/%s: no /scale for %s %s (%s)",
+                    namespace,
+                    name,
+                    ref.kind,
+                    ref.name,
+                    error,
+                )
                 return None
             raise
         return view_of_scale(scale)

@@ -206,14 +206,20 @@ class KubeReplicaScaler:
                 return current
             min_replicas = int(spec.get("minReplicas", 1))
             max_replicas = int(spec.get("maxReplicas", 1))
+            if not 0 <= min_replicas <= max_replicas:
+                # The CRD's schema forbids this; a server without validation may not.
+                raise PermanentScaleError(
+                    f"{job}: invalid bounds minReplicas={min_replicas} maxReplicas={max_replicas}"
+                )
             # EDL: never shrink below min_replicas nor grow above max_replicas.
             desired = max(min_replicas, min(max_replicas, replicas))
             before, after = self._apply(target, desired)
         except (KubeApiError, KubeConnectionError) as error:
             mapped = map_error(error, action=f"scale {job} to {replicas}")
             if resource is not None:
-                self._events.record(resource, reason=SCALE_FAILED, message=str(mapped),
-                                    warning=True)
+                self._events.record(
+                    resource, reason=SCALE_FAILED, message=str(mapped), warning=True
+                )
             raise mapped from error
         if after != before:
             self._events.record(
@@ -251,8 +257,9 @@ class KubeReplicaScaler:
         namespace = str(meta.get("namespace") or "default")
         ref = scale_target_ref(resource)
         if not (ref.api_version and ref.kind and ref.name):
-            raise PermanentScaleError(f"ElasticJob {namespace}/{meta.get('name')}: "
-                                      "incomplete scaleTargetRef")
+            raise PermanentScaleError(
+                f"ElasticJob {namespace}/{meta.get('name')}: incomplete scaleTargetRef"
+            )
         kind = self._resolver.resolve(ref.api_version, ref.kind)
         if kind == JOBS:
             return BatchJobParallelism(self._client, namespace, ref.name)
@@ -288,11 +295,11 @@ class KubeReplicaScaler:
             status = next_status(previous, generation=generation, now=self._clock.now(), **fields)
             if _same_status(previous, status):
                 return
-            body = {**current, "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                    "status": status}
+            body = {**current, "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "status": status}
             try:
-                self._client.request("PUT", path, body=body,
-                                     query={"fieldManager": self._client.field_manager})
+                self._client.request(
+                    "PUT", path, body=body, query={"fieldManager": self._client.field_manager}
+                )
                 return
             except KubeApiError as error:
                 if error.status != CONFLICT or attempt == self._conflict_retries:

@@ -70,8 +70,12 @@ def scaling_conditions(
     else:
         active = Condition("ScalingActive", "True", "SucceededRescale", "scale target updated")
     if limit is None:
-        limited = Condition("ScalingLimited", "False", "DesiredWithinRange",
-                            "the desired count is within the acceptable range")
+        limited = Condition(
+            "ScalingLimited",
+            "False",
+            "DesiredWithinRange",
+            "the desired count is within the acceptable range",
+        )
     else:
         limited = Condition("ScalingLimited", "True", limit.reason, limit.message)
     return [ready, active, limited]

@@ -1,0 +1,48 @@
+"""Node-count arithmetic for planners that pack replicas on few nodes.
+
+Pure functions over "free GPUs per node" maps: which sizes pack without
+leaving fragments, the largest size that fits on the fewest nodes it needs,
+and which nodes to take (most free first, best fit for the last).
+"""
+
+from __future__ import annotations
+
+
+def packable(size: int, free: dict[str, int], gpus_per_node: int) -> int:
+    """The largest count <= ``size`` that fits on the fewest nodes it needs."""
+    levels = sorted(free.values(), reverse=True)
+    for count in range(size, 0, -1):
+        nodes = -(-count // max(gpus_per_node, 1))
+        if sum(levels[:nodes]) >= count:
+            return count
+    return 0
+
+
+def take_packed(size: int, free: dict[str, int]) -> dict[str, int]:
+    """Nodes for ``size`` replicas: most free first, the last one best fit."""
+    placements: dict[str, int] = {}
+    left = size
+    while left > 0:
+        fits = [n for n, f in free.items() if f >= left]
+        if fits:
+            name = min(fits, key=lambda n: (free[n], n))
+        else:
+            name = min((n for n, f in free.items() if f > 0), key=lambda n: (-free[n], n))
+        take = min(left, free[name])
+        free[name] -= take
+        placements[name] = placements.get(name, 0) + take
+        left -= take
+    return placements
+
+
+def node_friendly(size: int, gpus_per_node: int) -> int:
+    """The largest size <= ``size`` that packs without leaving node fragments:
+    a power of two up to a node, whole nodes beyond."""
+    if size <= 0:
+        return 0
+    if size >= gpus_per_node:
+        return size - size % gpus_per_node
+    power = 1
+    while power * 2 <= size:
+        power *= 2
+    return power

@@ -1,0 +1,193 @@
+"""What the job driver does on the cluster, through the official ``kubernetes`` client.
+
+Creates each simulated job's Deployment (one GPU per replica) and its
+ElasticJob pointing at it, reads how many replicas are ready (the simulated
+pods that train), and sums the cluster's GPU use for the table. The
+ElasticJob's group, version and plural come from the caller (the CLI takes
+them from the Kubernetes adapter's CRD), so they are written down once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from scheduler_core.accounting import inquire
+
+POD_IMAGE = "registry.k8s.io/pause:3.9"
+APP_LABEL = "trainscaler.io/job"
+
+
+@dataclass(frozen=True)
+class ElasticJobKind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    used: int
+    total: int
+    nodes: int
+
+
+def deployment_manifest(
+    name: str, *, replicas: int, gpu_resource: str, application: str
+) -> dict[str, Any]:
+    labels = {APP_LABEL: name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {**labels, "trainscaler.io/application": application}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": POD_IMAGE,
+                            "resources": {
+                                "requests": {"cpu": "500m", "memory": "1Gi"},
+                                "limits": {gpu_resource: "1"},
+                            },
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def elastic_job_manifest(
+    kind: ElasticJobKind,
+    name: str,
+    *,
+    min_replicas: int,
+    max_replicas: int,
+    policy: str,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "policy": policy,
+        },
+    }
+
+
+class ClusterJobs:
+    """The driver's view of the cluster: create jobs, read replicas and GPU use."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        kind: ElasticJobKind,
+        namespace: str = "default",
+        gpu_resource: str = "nvidia.com/gpu",
+    ) -> None:
+        self._api_client = api_client
+        self._apps = k8s.AppsV1Api(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._kind = kind
+        self.namespace = namespace
+        self.gpu_resource = gpu_resource
+
+    def create_job(
+        self,
+        name: str,
+        *,
+        application: str,
+        replicas: int,
+        min_replicas: int,
+        max_replicas: int,
+        policy: str,
+    ) -> None:
+        """Create (or leave in place) the job's Deployment and ElasticJob."""
+        deployment: Any = deployment_manifest(
+            name, replicas=replicas, gpu_resource=self.gpu_resource, application=application
+        )
+        elastic: Any = elastic_job_manifest(
+            self._kind, name, min_replicas=min_replicas, max_replicas=max_replicas, policy=policy
+        )
+        with _exists_ok():
+            self._apps.create_namespaced_deployment(self.namespace, deployment)
+        with _exists_ok():
+            self._custom.create_namespaced_custom_object(
+                self._kind.group, self._kind.version, self.namespace, self._kind.plural, elastic
+            )
+
+    def replicas(self, name: str) -> tuple[int, int]:
+        """(desired, ready) replicas of the job's Deployment."""
+        deployment = self._apps.read_namespaced_deployment(name, self.namespace)
+        desired = int(deployment.spec.replicas or 0)
+        ready = int((deployment.status.ready_replicas if deployment.status else 0) or 0)
+        return desired, ready
+
+    def last_decision(self, name: str) -> tuple[str, str] | None:
+        """(rule, reason) the scaler wrote to the ElasticJob's ``status.lastDecision``."""
+        resource = self._custom.get_namespaced_custom_object(
+            self._kind.group, self._kind.version, self.namespace, self._kind.plural, name
+        )
+        status = resource.get("status") if isinstance(resource, dict) else None
+        decision = status.get("lastDecision") if isinstance(status, dict) else None
+        if not isinstance(decision, dict):
+            return None
+        rule, reason = str(decision.get("rule") or ""), str(decision.get("reason") or "")
+        if not rule and reason.startswith("gen "):
+            # The runtime's reason text: "gen <generation> <rule>: <message>".
+            head, _, message = reason.partition(": ")
+            rule, reason = head.split(" ", 2)[-1], message
+        return (rule, reason) if rule or reason else None
+
+    def delete_job(self, name: str) -> None:
+        with _missing_ok():
+            self._custom.delete_namespaced_custom_object(
+                self._kind.group, self._kind.version, self.namespace, self._kind.plural, name
+            )
+        with _missing_ok():
+            self._apps.delete_namespaced_deployment(name, self.namespace)
+
+    def gpu_use(self) -> GpuUse:
+        """GPUs requested by live pods versus allocatable on ready nodes (EDL accounting)."""
+        serialize = self._api_client.sanitize_for_serialization
+        nodes = [serialize(n) for n in self._core.list_node().items]
+        pods = [serialize(p) for p in self._core.list_pod_for_all_namespaces().items]
+        cluster = inquire(nodes, pods, gpu_resource=self.gpu_resource)
+        return GpuUse(used=cluster.gpu_limit, total=cluster.gpu_total, nodes=cluster.node_count)
+
+
+@contextlib.contextmanager
+def _exists_ok() -> Any:
+    try:
+        yield
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+@contextlib.contextmanager
+def _missing_ok() -> Any:
+    try:
+        yield
+    except ApiException as error:
+        if error.status != 404:
+            raise

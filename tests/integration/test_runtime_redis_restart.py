@@ -1,0 +1,98 @@
+"""Redis crashes (SIGKILL) and restarts with append-only persistence mid-run.
+
+Nothing queued is lost: the queue's items, entries and leases come back as
+they were, the Celery messages come back, and every job still ends at the
+replica count an in-order replay of its reports gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.integration.conftest import PREFIX, wait_for
+from tests.integration.test_runtime_load import make_reports, send_concurrently, wait_for_replay
+from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
+from workers.adapters.redis_server import EmbeddedRedis
+from workers.celery_app import create_app
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.fixture
+def aof_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(data_dir=tmp_path / "aof", append_only=True) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(aof_server: EmbeddedRedis) -> str:
+    return aof_server.url
+
+
+def _snapshot(queue: RedisSchedulerQueue) -> dict[str, object]:
+    return {
+        "items": {q: queue.items(q) for q in (TRAIN, WAIT)},
+        "entries": {
+            (q, item): [e.data for e in queue.pending_entries(q, item)]
+            for q in (TRAIN, WAIT)
+            for item in queue.items(q)
+        },
+        "in_flight": {q: s.in_flight for q, s in queue.stats(now=0.0).items()},
+    }
+
+
+def test_redis_restart_with_aof_loses_no_queued_item(
+    aof_server, procs, settings, redis_client, recorder, store, dead_letters
+) -> None:
+    client_app = create_app(settings)
+    # A probe queue under its own prefix (no worker serves it): exact before/after check.
+    probe = RedisSchedulerQueue(redis_client, prefix="probe:", max_length=10_000)
+    for n in range(300):
+        probe.push_entry(TRAIN if n % 3 else WAIT, f"default/p{n % 40}", {"n": n}, now=float(n))
+    in_flight = [probe.pop_delivery(lease_seconds=3600, now=400.0) for _ in range(10)]
+    assert all(in_flight)
+    before = _snapshot(probe)
+
+    procs.worker("w1")
+    procs.worker("w2")
+    reports = make_reports(100, 4, seed=3, prefix="aof")
+    # Every job's first report, all at once (one per job, so order cannot matter).
+    for job_reports in reports.values():
+        client_app.send_task(
+            "trainscaler.report_epoch", args=[job_reports[0].model_dump(mode="json")]
+        )
+    live = RedisSchedulerQueue(redis_client, prefix=PREFIX)
+    pending = (
+        redis_client.llen("events") + live.depths()[TRAIN] + redis_client.llen("cluster-writes")
+    )
+    assert pending > 0, "the crash must find work queued"
+
+    # Crash mid-run: reports, schedule and scale work is queued and in flight right now.
+    aof_server.restart(kill=True)
+    wait_for(lambda: _ping(redis_client), timeout=20, what="redis back")
+
+    assert _snapshot(probe) == before
+    for delivery in in_flight:
+        assert delivery is not None and probe.ack_delivery(delivery)
+    wait_for(
+        lambda: all(store.last_report(job) is not None for job in reports),
+        timeout=30,
+        what="every first report accepted after the restart",
+    )
+
+    # The client's result subscription did not survive the crash: a fresh client app.
+    client_app = create_app(settings)
+    send_concurrently(client_app, {job: r[1:] for job, r in reports.items()})
+    wait_for_replay(recorder, store, reports, timeout=60)
+    assert dead_letters.count() == 0
+
+
+def _ping(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False

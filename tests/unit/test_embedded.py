@@ -1,0 +1,322 @@
+"""The embedded system's parts that run without the runtime: ports, supervisor,
+curves, child environments, the parameter server and the table's helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sim.embedded.childenv import child_env, settings_env
+from sim.embedded.curves import SYNTHETIC, SyntheticCurve, TraceCurve, curve_for
+from sim.embedded.driver import JobView, train_task
+from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
+from sim.embedded.ports import choose_port, free_port, port_in_use, port_is_free
+from sim.embedded.supervisor import (
+    ChildFailedError,
+    ChildSpec,
+    StartCancelledError,
+    Supervisor,
+    group_alive,
+    log_ready,
+)
+from sim.embedded.table import change_lines, latest_decision
+from sim.trace.traces import ApplicationTrace
+from workers.settings import Settings
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "pollux"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- ports -----------------------------------------------------------------------
+
+
+def test_choose_port_keeps_a_free_wanted_port_and_replaces_a_taken_one() -> None:
+    wanted = free_port()
+    assert choose_port(wanted) == wanted
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        assert not port_is_free(taken)
+        assert port_in_use(taken)
+        replacement = choose_port(taken)
+        assert replacement != taken and port_is_free(replacement)
+    assert choose_port(0) > 0 and choose_port(None) > 0
+
+
+# --- supervisor --------------------------------------------------------------------
+
+# A child that starts a grandchild in its own group, says so, and waits.
+FAMILY = (
+    "import subprocess, sys, time, signal\n"
+    "if len(sys.argv) > 1: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+    "print('up', grandchild.pid, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _grandchild_pid(log: Path) -> int:
+    return int(log.read_text().split("up", 1)[1].split()[0])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_stop_all_ends_the_whole_process_group(tmp_path: Path) -> None:
+    supervisor = Supervisor(log_dir=tmp_path)
+    log = tmp_path / "family.log"
+    spec = ChildSpec(
+        "family", [sys.executable, "-c", FAMILY], {}, ready=log_ready(log, "up"), ready_timeout=20
+    )
+    child = supervisor.start(spec)
+    grandchild = _grandchild_pid(log)
+    assert child.alive() and _pid_alive(grandchild)
+    notes = supervisor.stop_all()
+    assert notes == [f"family (pid {child.pid}) stopped"]
+    assert not group_alive(child.pid)
+    assert not _pid_alive(grandchild)
+
+
+def test_a_child_ignoring_sigterm_is_killed_after_its_stop_timeout(tmp_path: Path) -> None:
+    supervisor = Supervisor(log_dir=tmp_path)
+    log = tmp_path / "stubborn.log"
+    spec = ChildSpec(
+        "stubborn",
+        [sys.executable, "-c", FAMILY, "ignore-term"],
+        {},
+        ready=log_ready(log, "up"),
+        stop_timeout=1.0,
+    )
+    child = supervisor.start(spec)
+    grandchild = _grandchild_pid(log)
+    assert supervisor.stop_all() == [f"stubborn (pid {child.pid}) killed after 1s"]
+    assert not child.alive() and not _pid_alive(grandchild)
+
+
+ORPHANING_PARENT = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from sim.embedded.supervisor import ChildSpec, Supervisor\n"
+    "supervisor = Supervisor(log_dir=Path(sys.argv[1]))\n"
+    "child = supervisor.start(ChildSpec('sleeper', [sys.executable, '-c', "
+    "'import time; time.sleep(120)'], {}), wait=False)\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_children_die_with_a_supervisor_killed_by_sigkill(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHANING_PARENT, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert _pid_alive(child)
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _pid_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(child)
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+
+
+def test_a_child_that_exits_before_ready_fails_with_its_log(tmp_path: Path) -> None:
+    supervisor = Supervisor(log_dir=tmp_path)
+    spec = ChildSpec(
+        "broken",
+        [sys.executable, "-c", "print('no config here'); raise SystemExit(3)"],
+        {},
+        ready=lambda: False,
+    )
+    with pytest.raises(ChildFailedError, match=r"broken exited with code 3(.|\n)*no config here"):
+        supervisor.start(spec)
+    supervisor.stop_all()
+
+
+def test_a_child_not_ready_in_time_fails(tmp_path: Path) -> None:
+    with Supervisor(log_dir=tmp_path) as supervisor:
+        spec = ChildSpec(
+            "slow",
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            {},
+            ready=lambda: False,
+            ready_timeout=0.5,
+        )
+        with pytest.raises(ChildFailedError, match=r"slow not ready within"):
+            supervisor.start(spec)
+        assert [c.name for c in supervisor.children] == ["slow"]
+    assert supervisor.children == []
+
+
+def test_cancel_ends_a_start_up_wait_early(tmp_path: Path) -> None:
+    with Supervisor(log_dir=tmp_path) as supervisor:
+        spec = ChildSpec(
+            "waiting",
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            {},
+            ready=lambda: False,
+            ready_timeout=30,
+        )
+        timer = threading.Timer(0.3, supervisor.cancel.set)
+        timer.start()
+        began = time.monotonic()
+        with pytest.raises(StartCancelledError, match="waiting"):
+            supervisor.start(spec)
+        assert time.monotonic() - began < 10
+        timer.join()
+
+
+def test_dead_lists_children_that_exited_on_their_own(tmp_path: Path) -> None:
+    with Supervisor(log_dir=tmp_path) as supervisor:
+        quick = supervisor.start(ChildSpec("quick", [sys.executable, "-c", "pass"], {}), wait=False)
+        quick.process.wait(timeout=20)
+        assert [c.name for c in supervisor.dead()] == ["quick"]
+
+
+# --- curves ----------------------------------------------------------------------------
+
+
+def test_synthetic_curves_speed_up_then_flatten() -> None:
+    curve = SyntheticCurve(single_replica_s=100.0, serial_fraction=0.1, sync_s_per_replica=1.0)
+    assert curve.epoch_seconds(1) == pytest.approx(100.0)
+    assert curve.epoch_seconds(2) == pytest.approx(100 * (0.1 + 0.45) + 1.0)
+    assert curve.epoch_seconds(0) == curve.epoch_seconds(1)
+    for name, synthetic in SYNTHETIC.items():
+        assert synthetic.epoch_seconds(2) < synthetic.epoch_seconds(1), name
+
+
+def test_without_the_data_folder_curves_are_synthetic(tmp_path: Path) -> None:
+    assert curve_for("cifar10", 512, data_dir=tmp_path) is SYNTHETIC["cifar10"]
+    assert curve_for("cifar10", 512, data_dir=None).source == "synthetic"
+    with pytest.raises(ValueError, match="no curve for application 'mnist'"):
+        curve_for("mnist", 64, data_dir=None)
+
+
+@pytest.mark.skipif(not (DATA_DIR / "traces").is_dir(), reason="no Pollux traces at ../shared")
+def test_trace_curves_come_from_the_measured_iteration_times() -> None:
+    loaded: dict[str, ApplicationTrace] = {}
+    curve = curve_for("cifar10", 512, data_dir=DATA_DIR, loaded=loaded)
+    assert isinstance(curve, TraceCurve) and curve.source == "trace:cifar10"
+    assert curve.placement(6) == [4, 2] and curve.placement(8) == [4, 4]
+    iterations = curve.trace.epoch_ends(512)[0]
+    assert curve.epoch_seconds(2) == pytest.approx(
+        curve.trace.iteration_time([2], 512) * iterations
+    )
+    assert curve.epoch_seconds(4) < curve.epoch_seconds(1)
+    other = curve_for("cifar10", 1024, data_dir=DATA_DIR, loaded=loaded)
+    assert isinstance(other, TraceCurve) and other.trace is curve.trace
+
+
+# --- child environment -------------------------------------------------------------------
+
+
+def test_children_see_exactly_the_parents_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(
+        redis_url="redis://127.0.0.1:1234/0",
+        autoscale_interval=2.5,
+        api_auth_disabled=True,
+        kubeconfig="/tmp/kc",
+        kube_namespace=None,
+    )
+    inherited = {"PATH": "/bin", "TRAINSCALER_SCALER": "recording", "HOME": "/root"}
+    env = child_env(inherited, settings.model_dump(mode="json"), extra={"FLOWER_X": "1"})
+    assert env["PATH"] == "/bin" and env["FLOWER_X"] == "1"
+    assert env["TRAINSCALER_SCALER"] == "kubernetes"  # the parent's setting, not the inherited
+    assert env["TRAINSCALER_AUTOSCALE_INTERVAL"] == "2.5"
+    assert "TRAINSCALER_KUBE_NAMESPACE" not in env
+    for key in [k for k in os.environ if k.startswith("TRAINSCALER_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("TRAINSCALER_"):
+            monkeypatch.setenv(key, value)
+    assert Settings() == settings
+
+
+def test_settings_env_writes_json_for_non_strings() -> None:
+    assert settings_env({"a": 1, "b": True, "c": "x", "d": None, "e": 0.5}) == {
+        "TRAINSCALER_A": "1",
+        "TRAINSCALER_B": "true",
+        "TRAINSCALER_C": "x",
+        "TRAINSCALER_E": "0.5",
+    }
+
+
+# --- parameter server ----------------------------------------------------------------------
+
+
+def _post(url: str, body: bytes) -> int:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_parameter_server_keeps_the_newest_parallelism_per_job() -> None:
+    board = ParallelismBoard()
+    server = ParameterServer(board).start()
+    try:
+        task = train_task("abc123", {"model_type": "m"}, parallelism=3, elapsed=None)
+        assert _post(f"{server.url}/start", json.dumps(task).encode()) == 200
+        assert board.get("abc123") == 3
+        update = train_task("abc123", {"model_type": "m"}, parallelism=5, elapsed=1.5)
+        assert _post(f"{server.url}/update/abc123", json.dumps(update).encode()) == 200
+        assert board.wait_for("abc123", timeout=1) == 5 and board.calls("abc123") == 2
+        assert _post(f"{server.url}/update/x", b"{not json") == 400
+        assert _post(f"{server.url}/update/x", b'{"job_id": "x"}') == 422
+        assert board.get("x") is None
+        assert board.wait_for("nobody", timeout=0.05) is None
+    finally:
+        server.stop()
+
+
+# --- table helpers ---------------------------------------------------------------------------
+
+
+def test_latest_decision_reads_the_api_and_nested_shapes() -> None:
+    api_view = {
+        "decisions": [
+            {"generation": 1, "at": 10.0, "rule": "throughput.create", "message": "first"},
+            {"generation": 2, "at": 20.0, "rule": "throughput.up", "message": "faster"},
+        ]
+    }
+    assert latest_decision(api_view) == ("throughput.up", "faster")
+    nested = {"history": [{"decision": {"reason": {"rule": "edl.grow", "message": "room"}}}]}
+    assert latest_decision(nested) == ("edl.grow", "room")
+    assert latest_decision({"decisions": []}) is None
+    assert latest_decision(None) is None
+
+
+def test_change_lines_report_only_changes() -> None:
+    view = JobView("j", "train", "ncf", 1, 4, "synthetic", desired=2, ready=2, state="training")
+    previous: dict[str, tuple[object, ...]] = {}
+    first = change_lines([view], previous)
+    assert len(first) == 1 and "replicas=2" in first[0] and "fulfillment=33%" in first[0]
+    assert change_lines([view], previous) == []
+    view.desired = 3
+    assert "replicas=3" in change_lines([view], previous)[0]

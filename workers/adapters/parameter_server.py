@@ -1,0 +1,169 @@
+"""KubeML parameter-server mode: scale a job by telling its parameter server.
+
+A job submitted with a parameter-server URL (``TrainRequest.ps_url``, KubeML's
+``psUrl``) runs its workers under that server, not under a Kubernetes
+workload. ``ParameterServerScaler`` is the ``ReplicaScaler`` for such jobs:
+
+* the first decision (KubeML ``CreateTask``) is POSTed to ``<ps_url>/start``,
+  later ones (``UpdateTask``) to ``<ps_url>/update/<job_id>``, each with the
+  job's ``TrainTask`` as JSON (job id, parameters, ``state.parallelism``);
+* the parallelism the server accepted is kept in Redis (``P ps:replicas``
+  HASH job -> replicas), which is what ``current_replicas`` reads, so the
+  runtime's idempotent ``scale`` path (generation check, "already at target")
+  works as for Kubernetes targets;
+* failures map onto the port's errors: no answer, timeouts, 408, 409, 425,
+  429 and 5xx are ``TransientScaleError`` (the ``scale`` task retries with
+  backoff); other answers are ``PermanentScaleError`` (dead-lettered).
+
+``ParameterServerRouter`` sends jobs that have a ``ps_url`` here and every
+other job to the default scaler (Kubernetes, or the recording one).
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote, urlsplit
+
+import httpx
+import redis
+
+from scheduler_core.models import TaskOperation, TaskState, TrainRequest, TrainTask
+from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
+from workers.adapters.state_store import JobRecord, StateStore
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+DEFAULT_TIMEOUT_S = 10.0
+# Header values must be latin-1; a reason is free text, so it is trimmed and made ASCII.
+_REASON_HEADER_MAX = 200
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "replace").decode()[:_REASON_HEADER_MAX]
+
+
+class ParameterServerScaler:
+    """``ReplicaScaler`` that POSTs KubeML train tasks to a job's parameter server."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self._store = store
+        self._http = http or httpx.Client(timeout=timeout, follow_redirects=False)
+
+    @property
+    def replicas_key(self) -> str:
+        return self._store.key("ps:replicas")
+
+    def ps_url(self, job: str) -> str | None:
+        record = self._store.get_job(job)
+        if record is None or record.request is None:
+            return None
+        return record.request.ps_url or None
+
+    def current_replicas(self, job: str) -> int:
+        """The parallelism the job's parameter server last accepted (0: never started)."""
+        try:
+            value = self._store.redis.hget(self.replicas_key, job)
+        except redis.RedisError as error:
+            raise TransientScaleError(f"reading {job}'s parallelism: {error}") from error
+        return int(value) if value is not None else 0
+
+    def scale(self, job: str, replicas: int, *, reason: str) -> int:
+        record, request, url = _checked_target(job, self._store.get_job(job))
+        if replicas < 1:
+            # KubeML: a task's parallelism is at least one worker.
+            raise PermanentScaleError(f"{job}: a parameter-server job needs parallelism >= 1")
+        started = bool(self._store.redis.hexists(self.replicas_key, job))
+        operation = TaskOperation.UPDATE_TASK if started else TaskOperation.CREATE_TASK
+        task = TrainTask(
+            job_id=record.job_id,
+            parameters=request,
+            state=TaskState(parallelism=replicas),
+        )
+        endpoint = (
+            f"{url}/start"
+            if operation == TaskOperation.CREATE_TASK
+            else f"{url}/update/{quote(record.job_id, safe='')}"
+        )
+        headers = {
+            # The server may see a retried call twice; this names the operation.
+            "Idempotency-Key": f"{job}:{operation.name}:{replicas}",
+            "X-Trainscaler-Reason": _ascii(reason),
+        }
+        try:
+            response = self._http.post(endpoint, json=task.model_dump(mode="json"), headers=headers)
+        except httpx.TimeoutException as error:
+            raise TransientScaleError(f"{job}: {endpoint} timed out: {error}") from error
+        except httpx.HTTPError as error:
+            raise TransientScaleError(f"{job}: {endpoint} unreachable: {error}") from error
+        _raise_for_status(job, endpoint, response)
+        self._store.redis.hset(self.replicas_key, job, replicas)
+        log.info(
+            "parameter server %s: %s parallelism %d",
+            endpoint,
+            operation.name,
+            replicas,
+            extra={"job": job, "target": replicas, "reason": reason},
+        )
+        return replicas
+
+    def forget(self, job: str) -> None:
+        """Drop the job's accepted parallelism (after KubeML ``taskFinished``)."""
+        self._store.redis.hdel(self.replicas_key, job)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _checked_target(job: str, record: JobRecord | None) -> tuple[JobRecord, TrainRequest, str]:
+    """The job's record, its request and its parameter server's base URL."""
+    request = record.request if record is not None else None
+    if record is None or request is None or not request.ps_url:
+        raise PermanentScaleError(f"{job}: no parameter-server URL (ps_url) recorded")
+    url = request.ps_url.rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise PermanentScaleError(f"{job}: ps_url {url!r} is not an http(s) URL")
+    return record, request, url
+
+
+def _raise_for_status(job: str, endpoint: str, response: httpx.Response) -> None:
+    status = response.status_code
+    if 200 <= status <= 299:
+        return
+    message = f"{job}: {endpoint} answered HTTP {status}: {response.text[:200]}"
+    if status in TRANSIENT_STATUSES or status >= 500:
+        raise TransientScaleError(message)
+    raise PermanentScaleError(message)
+
+
+class ParameterServerRouter:
+    """Jobs with a ``ps_url`` go to their parameter server; the rest to ``default``."""
+
+    def __init__(self, default: ReplicaScaler, parameter_servers: ParameterServerScaler) -> None:
+        self.default = default
+        self.parameter_servers = parameter_servers
+
+    def _target(self, job: str) -> ReplicaScaler:
+        try:
+            uses_ps = self.parameter_servers.ps_url(job) is not None
+        except redis.RedisError as error:
+            raise TransientScaleError(f"reading {job}'s record: {error}") from error
+        return self.parameter_servers if uses_ps else self.default
+
+    def current_replicas(self, job: str) -> int:
+        return self._target(job).current_replicas(job)
+
+    def scale(self, job: str, replicas: int, *, reason: str) -> int:
+        return self._target(job).scale(job, replicas, reason=reason)
+
+
+def with_parameter_servers(default: ReplicaScaler, *, store: StateStore) -> ReplicaScaler:
+    """The runtime's scaler: ``default`` plus KubeML parameter-server mode."""
+    return ParameterServerRouter(default, ParameterServerScaler(store))

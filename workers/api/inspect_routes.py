@@ -1,0 +1,83 @@
+"""Read-only routes: ``GET /jobs``, ``GET /jobs/{id}``, ``GET /plan``, ``GET /queue``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import redis
+from fastapi import APIRouter, Depends, HTTPException, Query
+from pydantic import AfterValidator
+from starlette.concurrency import run_in_threadpool
+
+from scheduler_core.registry import get_policy
+from workers.api.auth import require_token
+from workers.api.context import ApiContext, context
+from workers.api.schemas import JobDetail, JobSummary, PlanPreview, QueueView
+from workers.api.text_checks import require_utf8
+from workers.api.views import job_detail, list_jobs, preview_plan, queue_view, resolve_job
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["inspect"], dependencies=[Depends(require_token)])
+Ctx = Annotated[ApiContext, Depends(context)]
+
+
+def _policy(name: str) -> str:
+    try:
+        get_policy(name)
+    except KeyError as error:  # UnknownPolicyError: 422 naming the known ones
+        raise ValueError(str(error)) from None
+    return name
+
+
+@router.get("/jobs")
+async def jobs(ctx: Ctx) -> list[JobSummary]:
+    """Every job the runtime knows, with replicas, fulfillment and the newest reason."""
+    return await run_in_threadpool(list_jobs, ctx.runtime.store)
+
+
+@router.get("/jobs/{job_id:path}", responses={404: {"description": "unknown job"}})
+async def job(
+    job_id: str,
+    ctx: Ctx,
+    namespace: Annotated[str | None, Query(min_length=1, max_length=253)] = None,
+) -> JobDetail:
+    """One job: replicas, fulfillment, recent epoch times and throughput, decisions with reasons."""
+    require_utf8(path=job_id, query=namespace)
+    store = ctx.runtime.store
+    key = await run_in_threadpool(lambda: resolve_job(store, job_id, namespace=namespace))
+    if key is None:
+        raise HTTPException(status_code=404, detail=f"unknown job {job_id!r}")
+    return await run_in_threadpool(job_detail, store, key)
+
+
+@router.get("/plan")
+async def plan(
+    ctx: Ctx,
+    policy: Annotated[
+        str | None,
+        Query(
+            max_length=64, description="Cluster policy to preview (default: the configured one)."
+        ),
+        AfterValidator(lambda v: None if v is None else _policy(v)),
+    ] = None,
+) -> PlanPreview:
+    """What the cluster planner would do now and why; nothing is applied."""
+    try:
+        return await run_in_threadpool(lambda: preview_plan(ctx.runtime, policy=policy))
+    except redis.RedisError:
+        raise
+    except Exception as error:
+        # Past Redis, only the cluster reader does I/O here: the cluster is unreachable.
+        log.warning("plan preview failed: %s", error)
+        raise HTTPException(status_code=503, detail=f"cluster unavailable: {error}") from error
+
+
+@router.get("/queue")
+async def queue(
+    ctx: Ctx,
+    dead_letters: Annotated[int, Query(ge=0, le=1000)] = 10,
+) -> QueueView:
+    """Depth, in-flight count and oldest age per queue; Celery queue depths; dead letters."""
+    return await run_in_threadpool(lambda: queue_view(ctx.runtime, dead_letters=dead_letters))

@@ -1,0 +1,219 @@
+"""Clients of trainscaler: the HTTP API (``TrainscalerClient``) and Celery (``CeleryClient``).
+
+``TrainscalerClient`` is a small typed wrapper over the API's routes (httpx,
+bearer token); every non-2xx answer raises ``ApiError`` with the status and
+the server's one-line detail. ``CeleryClient`` is for services that speak
+Celery: it enqueues the runtime's tasks by name with ``send_task`` (JSON
+payloads, the routes of ``workers.celery_app``) without importing the tasks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from celery import Celery
+
+from scheduler_core.models import EpochReport, TrainRequest, TrainTask, job_key
+from workers.settings import Settings
+
+SUBMIT = "trainscaler.submit"
+REPORT_EPOCH = "trainscaler.report_epoch"
+FINISH = "trainscaler.finish"
+
+# Short: a producer whose broker is down should fail fast, not hang a request.
+SEND_RETRY_POLICY: Mapping[str, float] = {
+    "max_retries": 2,
+    "interval_start": 0.0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+
+def submission_job_id(submission_id: str) -> str:
+    """The job id the runtime gives a submission (``handlers.accept_submission``).
+
+    Derived from the submit task's id, so a redelivered submit records the
+    same job and a producer knows the id before any worker ran.
+    """
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"trainscaler:{submission_id}").hex[:12]
+
+
+def task_job_key(task: TrainTask) -> str:
+    """The runtime's job key for a KubeML train task: ``namespace/job_id``.
+
+    A ``job_id`` that already names its namespace (``ns/name``) is kept as is.
+    """
+    if "/" in task.job_id:
+        return task.job_id
+    return job_key(task.parameters.namespace, task.job_id)
+
+
+def report_from_task(task: TrainTask, *, at: float) -> EpochReport:
+    """KubeML's end-of-epoch ``TrainTask`` as the runtime's ``EpochReport``."""
+    return EpochReport(
+        job=task_job_key(task),
+        replicas=task.state.parallelism,
+        epoch_time_s=task.state.elapsed_time,
+        at=at,
+    )
+
+
+class CeleryClient:
+    """Enqueues the runtime's tasks by name on the configured broker."""
+
+    def __init__(self, settings: Settings, *, app: Celery | None = None) -> None:
+        if app is None:
+            # Imported here: building the Celery app is only needed by producers.
+            from workers.celery_app import create_app
+
+            app = create_app(settings)
+        self.app = app
+
+    def send(self, name: str, *args: Any, task_id: str | None = None) -> str:
+        # ignore_result: producers read the runtime's state, never task results; it
+        # also keeps the result backend from subscribing to a channel per send.
+        result = self.app.send_task(
+            name,
+            args=list(args),
+            task_id=task_id,
+            retry=True,
+            retry_policy=dict(SEND_RETRY_POLICY),
+            ignore_result=True,
+        )
+        return str(result.id)
+
+    def submit(self, request: TrainRequest) -> tuple[str, str]:
+        """Queue a train request; returns ``(task id, job key)``."""
+        task_id = uuid.uuid4().hex
+        job = job_key(request.namespace, submission_job_id(task_id))
+        self.send(SUBMIT, request.model_dump(mode="json"), task_id=task_id)
+        return task_id, job
+
+    def report(self, report: EpochReport) -> str:
+        return self.send(REPORT_EPOCH, report.model_dump(mode="json"))
+
+    def finish(self, job: str) -> str:
+        return self.send(FINISH, job)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+class ApiError(Exception):
+    """The API answered with an error status."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if isinstance(body, dict):
+        detail = body.get("detail", body)
+        if isinstance(detail, list):  # 422: one entry per field
+            return "; ".join(
+                f"{'.'.join(str(p) for p in d.get('loc', ()))}: {d.get('msg', '')}"
+                for d in detail
+                if isinstance(d, dict)
+            )
+        return str(detail)
+    return str(body)
+
+
+class TrainscalerClient:
+    """Typed calls of the trainscaler HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> TrainscalerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        ok: tuple[int, ...] = (200,),
+    ) -> httpx.Response:
+        response = self._http.request(method, path, json=json, params=params)
+        if response.status_code not in ok:
+            raise ApiError(response.status_code, _detail(response))
+        return response
+
+    # --- KubeML routes ---------------------------------------------------------
+
+    def train(self, request: TrainRequest, *, wait: float | None = None) -> dict[str, Any]:
+        """``POST /train``: the answer carries ``job`` (namespace/id) and ``job_id``."""
+        params = {"wait": wait} if wait is not None else None
+        body = request.model_dump(mode="json", exclude_none=True)
+        response = self._call("POST", "/train", json=body, params=params, ok=(201, 202))
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def report(self, task: TrainTask, *, wait: float | None = None) -> dict[str, Any]:
+        """``POST /job``: ``parallelism`` is set once decided (200), else ``poll`` (202)."""
+        params = {"wait": wait} if wait is not None else None
+        body = task.model_dump(mode="json", exclude_none=True)
+        response = self._call("POST", "/job", json=body, params=params, ok=(200, 202))
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def finish(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        params = {"wait": wait} if wait is not None else None
+        response = self._call("DELETE", f"/finish/{task_id}", params=params, ok=(200, 202))
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    # --- trainscaler routes --------------------------------------------------------
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        response = self._call("GET", "/health", ok=(200, 503))
+        body: dict[str, Any] = response.json()
+        return response.status_code == 200, body
+
+    def jobs(self) -> list[dict[str, Any]]:
+        body: list[dict[str, Any]] = self._call("GET", "/jobs").json()
+        return body
+
+    def job(self, job: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._call("GET", f"/jobs/{job}").json()
+        return body
+
+    def plan(self, *, policy: str | None = None) -> dict[str, Any]:
+        params = {"policy": policy} if policy else None
+        body: dict[str, Any] = self._call("GET", "/plan", params=params).json()
+        return body
+
+    def queue(self) -> dict[str, Any]:
+        body: dict[str, Any] = self._call("GET", "/queue").json()
+        return body
+
+    def metrics_text(self) -> str:
+        return self._call("GET", "/metrics").text
