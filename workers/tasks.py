@@ -2,8 +2,9 @@
 
 A payload that fails validation is never retried: it is dead-lettered with
 its error and the task returns ``{"ok": False, "error": ...}``. ``scale``
-retries transient failures with exponential backoff and jitter up to
-``Settings.scale_max_retries``, then dead-letters the operation.
+takes one command or a batch; a command that fails transiently is sent again
+on its own with exponential backoff and jitter, up to
+``Settings.scale_max_retries`` attempts, then dead-lettered with its error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import redis
 from celery import Task
 from pydantic import ValidationError
 
-from scheduler_core.ports import PermanentScaleError, TransientScaleError
+from scheduler_core.ports import PermanentScaleError
 from workers import handlers
 from workers.adapters.redis_queue import QueueFullError
 from workers.celery_app import app
@@ -56,7 +57,7 @@ def _reject(rt: Runtime, task: str, payload: Any, error: str) -> dict[str, Any]:
 
 def _trigger_schedule(rt: Runtime) -> None:
     # One schedule task in flight is enough: it drains the queue it finds.
-    if rt.store.claim_flag(handlers.SCHEDULE_FLAG, ttl=max(rt.settings.lease_seconds, 5.0)):
+    if rt.store.claim_flag(handlers.SCHEDULE_FLAG, ttl=handlers.schedule_flag_ttl(rt)):
         schedule.apply_async()
 
 
@@ -85,12 +86,14 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
 def report_epoch(payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
-        report = handlers.accept_report(rt, payload)
+        report, triggered = handlers.accept_report(rt, payload)
     except ValidationError as error:
         return _reject(rt, "trainscaler.report_epoch", payload, validation_message(error))
     except QueueFullError as error:
+        schedule.apply_async()  # a full queue wants draining
         return {"ok": False, "error": str(error)}
-    _trigger_schedule(rt)
+    if triggered:
+        schedule.apply_async()
     return {"ok": True, "job": report.job}
 
 
@@ -116,33 +119,37 @@ def schedule() -> dict[str, Any]:
 def scale(commands: Any = None) -> dict[str, Any]:
     """Apply one scale command, or a list of them (one schedule run's batch)."""
     rt = runtime()
-    batch = commands if isinstance(commands, list) else [commands]
-    outcomes = [_apply_one(rt, raw) for raw in batch]
+    valid: list[handlers.ScaleCommand] = []
+    outcomes: list[str] = []
+    for raw in commands if isinstance(commands, list) else [commands]:
+        try:
+            valid.append(handlers.ScaleCommand.model_validate(raw))
+        except ValidationError as error:
+            outcomes.append(
+                str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
+            )
+    # Redis errors are not caught per command: Celery retries the whole (idempotent) task.
+    for result in handlers.apply_scales(rt, valid):
+        outcomes.append(result.outcome if result.error is None else _failed(rt, result))
     return {"outcomes": outcomes}
 
 
-def _apply_one(rt: Runtime, raw: Any) -> str:
-    try:
-        command = handlers.ScaleCommand.model_validate(raw)
-    except ValidationError as error:
-        return str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
-    try:
-        return handlers.apply_scale(rt, command)
-    except PermanentScaleError as error:
-        _reject(rt, "trainscaler.scale", raw, f"permanent: {error}")
+def _failed(rt: Runtime, result: handlers.ScaleResult) -> str:
+    command, error = result.command, result.error
+    payload = command.model_dump(mode="json")
+    if isinstance(error, PermanentScaleError):
+        _reject(rt, "trainscaler.scale", payload, f"permanent: {error}")
         return "dead-lettered"
-    except (TransientScaleError, handlers.ScaleLockBusy, OSError) as error:
-        # Redis errors are not caught here: Celery retries the whole (idempotent) task.
-        if command.attempt >= rt.settings.scale_max_retries:
-            _reject(
-                rt, "trainscaler.scale", raw, f"gave up after {command.attempt} retries: {error}"
-            )
-            return "dead-lettered"
-        delay = _backoff(rt, command.attempt)
-        retry = command.model_copy(update={"attempt": command.attempt + 1})
-        # Only this command is retried, on its own, after the backoff.
-        _send_scales([retry], countdown=delay)
-        return f"retrying in {delay:.2f}s: {error}"
+    if command.attempt >= rt.settings.scale_max_retries:
+        _reject(
+            rt, "trainscaler.scale", payload, f"gave up after {command.attempt} retries: {error}"
+        )
+        return "dead-lettered"
+    delay = _backoff(rt, command.attempt)
+    retry = command.model_copy(update={"attempt": command.attempt + 1})
+    # Only this command is retried, on its own, after the backoff (and re-reads first).
+    _send_scales([retry], countdown=delay)
+    return f"retrying in {delay:.2f}s: {error}"
 
 
 def _backoff(rt: Runtime, retries: int) -> float:
@@ -175,7 +182,9 @@ def sweep_leases() -> dict[str, Any]:
     rt = runtime()
     result = handlers.sweep_leases(rt)
     if result["pending"]:
-        _trigger_schedule(rt)
+        # Unconditionally: a trigger claimed by a worker that died before sending
+        # its schedule task would otherwise hold everything back for the flag's TTL.
+        schedule.apply_async()
     return result
 
 

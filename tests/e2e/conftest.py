@@ -65,7 +65,14 @@ def wait_for(predicate: Any, *, timeout: float, what: str, interval: float = 0.2
 class EmbeddedRun:
     """One ``trainscaler run`` subprocess of a test."""
 
-    def __init__(self, run_dir: Path, *, duration: float, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        duration: float,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.summary_path = run_dir / "summary.json"
         self.lines: list[str] = []
@@ -74,13 +81,13 @@ class EmbeddedRun:
             sys.executable, "-m", "workers.cli", "run", "--no-table",
             "--duration", str(duration), "--api-port", "0", "--flower-port", "0",
             "--run-dir", str(run_dir), "--summary", str(self.summary_path),
-            "--data-dir", str(DATA_DIR), *(extra or []),
+            *(extra or []),
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSCALER_")}
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSCALER_")}
         self.process = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=env,
+            env={**inherited, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -150,11 +157,13 @@ class EmbeddedRun:
 
 @pytest.fixture
 def embedded_run(tmp_path: Path) -> Iterator[Any]:
-    """A factory: ``embedded_run(duration=..., extra=[...])``; torn down hard if left running."""
+    """A factory: ``embedded_run(duration=..., extra=[...], env={...})``; killed if left running."""
     runs: list[EmbeddedRun] = []
 
-    def start(*, duration: float, extra: list[str] | None = None) -> EmbeddedRun:
-        run = EmbeddedRun(tmp_path / f"run{len(runs)}", duration=duration, extra=extra)
+    def start(
+        *, duration: float, extra: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> EmbeddedRun:
+        run = EmbeddedRun(tmp_path / f"run{len(runs)}", duration=duration, extra=extra, env=env)
         runs.append(run)
         return run
 

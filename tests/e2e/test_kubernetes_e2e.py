@@ -27,6 +27,9 @@ step by step in one test because each step starts where the last one ended:
 5. ``paused: true`` freezes bravo while charlie's deletion lets alpha grow
    to its max 8; unpaused, bravo grows to 6 (8 + 6 = 14).
 
+A second test pins a runtime bug (strict xfail): a scale whose ElasticJob
+status write failed never gets its status written.
+
 Every wait polls with a timeout. The test reads objects from the server's
 store in process, so its own checks are not in the request counts.
 """
@@ -161,6 +164,14 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
     plan = e2e.store.latest_plan()
     assert plan is not None and plan.run_id >= quiet_run
     assert plan.cluster.gpu_limit == GPU_CAP and plan.cluster.gpu_total == 16
+    # Within a few autoscale rounds (EDL plans all of its dry-run rounds at once) and
+    # never beyond the cap: no plan ever asked for more than 14 GPUs.
+    plans = sorted(e2e.store.plan_history(limit=200), key=lambda record: record.run_id)
+    targets = [record.plan.targets() for record in plans]
+    assert {f"ml/{name}": count for name, count in FILLED.items()} in targets[:3], targets
+    for record in plans:
+        planned = sum(d.target * record.requests[d.job].gpu for d in record.plan.decisions)
+        assert planned <= GPU_CAP, (record.run_id, record.plan.targets())
     limits = {d.job: d.reason.numbers["limited_by"] for d in plan.plan.decisions}
     # EDL: alpha and bravo stop at the GPU cap, charlie at its max.
     assert limits == {"ml/alpha": "gpu_cap", "ml/bravo": "gpu_cap", "ml/charlie": "at_max"}
@@ -232,8 +243,10 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
         cluster.server.inject_faults(rate=0.0)
     faulty = cluster.request_counts()
     assert cluster.settled(FILLED) and cluster.gpus_requested() == GPU_CAP
-    # The seeded faults hit the first two PUTs, so the three scales took retries.
+    # The seeded faults hit the first two PUTs of a Scale: a 409 the scaler re-reads and
+    # retries, then a 500 that fails the task (a ScaleFailed event) for Celery to retry.
     assert faulty.get(("update", "deployments/scale"), 0) > 3, faulty
+    assert any("ScaleFailed" in reasons for reasons in events_about(cluster).values())
 
     # 5. paused: true freezes bravo while charlie's deletion makes room.
     cluster.set_paused("bravo", True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from sim.embedded.ports import port_in_use
+from tests.e2e.conftest import DATA_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
 
@@ -35,7 +36,10 @@ def test_run_scales_every_job_and_stops_cleanly(embedded_run) -> None:
     assert summary["autoscale_runs"] >= 3, summary
     kinds = {job["kind"] for job in summary["jobs"].values()}
     assert kinds == {"elasticjob", "train"}, summary["jobs"]
+    # The default data folder is ../shared/data/pollux beside the repository.
+    want_curves = "trace:" if (DATA_DIR / "traces").is_dir() else "synthetic"
     for name, job in summary["jobs"].items():
+        assert job["curve"].startswith(want_curves), (name, job)
         assert job["error"] == "", (name, job)
         assert job["scale_events"] >= 1, (name, job)
         assert job["applied"] is not None, (name, job)

@@ -88,7 +88,7 @@ def test_scaler_failing_30_percent_converges(
     wait_for_replay(recorder, store, reports, timeout=60)
     assert dead_letters.count() == 0
     logs = "".join(w.log_text() for w in workers)
-    assert "Retry in" in logs and "injected HTTP" in logs, "the scaler really failed and retried"
+    assert "retrying in" in logs and "injected HTTP" in logs, "the scaler really failed and retried"
     # Every job's newest decision is the one applied.
     for job in reports:
         applied = store.applied(job)

@@ -60,16 +60,20 @@ def test_redis_restart_with_aof_loses_no_queued_item(
     procs.worker("w1")
     procs.worker("w2")
     reports = make_reports(100, 4, seed=3, prefix="aof")
+    # The first scale batch stops (after applying) long enough for the crash to hit it.
+    redis_client.set(f"{PREFIX}faults:pause:scale_applied", "3")
     # Every job's first report, all at once (one per job, so order cannot matter).
     for job_reports in reports.values():
         client_app.send_task(
             "trainscaler.report_epoch", args=[job_reports[0].model_dump(mode="json")]
         )
-    live = RedisSchedulerQueue(redis_client, prefix=PREFIX)
-    pending = (
-        redis_client.llen("events") + live.depths()[TRAIN] + redis_client.llen("cluster-writes")
+    wait_for(
+        lambda: redis_client.get(f"{PREFIX}faults:paused:scale_applied"),
+        timeout=20,
+        what="a scale batch in flight",
     )
-    assert pending > 0, "the crash must find work queued"
+    # Celery keeps delivered, unacked messages in its "unacked" hash until acked.
+    assert redis_client.hlen("unacked") > 0, "the crash must find work in flight"
 
     # Crash mid-run: reports, schedule and scale work is queued and in flight right now.
     aof_server.restart(kill=True)

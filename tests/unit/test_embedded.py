@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from sim.embedded.childenv import child_env, settings_env
+from sim.embedded.children import ChildLayout, infrastructure
+from sim.embedded.children import runtime as runtime_children
 from sim.embedded.curves import SYNTHETIC, SyntheticCurve, TraceCurve, curve_for
 from sim.embedded.driver import JobView, train_task
 from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
@@ -320,3 +322,33 @@ def test_change_lines_report_only_changes() -> None:
     assert change_lines([view], previous) == []
     view.desired = 3
     assert "replicas=3" in change_lines([view], previous)[0]
+
+
+# --- child command lines ------------------------------------------------------------------
+
+
+def test_children_follow_what_the_run_embeds(tmp_path: Path) -> None:
+    env = {"TRAINSCALER_REDIS_URL": "redis://127.0.0.1:1/0"}
+    embedded = ChildLayout(
+        run_dir=tmp_path, api_port=8001, flower_port=5556, redis_server="/bin/redis-server",
+        redis_port=6390, kube_port=6443, nodes=2, gpus=8,
+    )  # fmt: skip
+    names = [spec.name for spec in infrastructure(embedded, env)]
+    assert names == ["redis", "apiserver"]
+    apiserver = infrastructure(embedded, env)[1]
+    assert apiserver.argv[-8:] == [
+        "--nodes", "2", "--gpus", "8", "--gpu-resource", "nvidia.com/gpu",
+        "--kubeconfig", str(tmp_path / "kubeconfig"),
+    ]  # fmt: skip
+    external = ChildLayout(run_dir=tmp_path, api_port=8001, flower_port=5556)
+    assert infrastructure(external, env) == []
+    specs = {spec.name: spec for spec in runtime_children(external, env, log_dir=tmp_path)}
+    assert list(specs) == ["worker", "beat", "api", "flower"]
+    assert "--events" in specs["worker"].argv  # Flower needs task events
+    assert "--port=5556" in specs["flower"].argv and "8001" in specs["api"].argv
+    # Only Flower's REST API is opened without auth, and only Flower gets the switch.
+    assert specs["flower"].env["FLOWER_UNAUTHENTICATED_API"] == "true"
+    assert all("FLOWER_UNAUTHENTICATED_API" not in s.env for n, s in specs.items() if n != "flower")
+    assert all(
+        s.env["TRAINSCALER_REDIS_URL"] == env["TRAINSCALER_REDIS_URL"] for s in specs.values()
+    )

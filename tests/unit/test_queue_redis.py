@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from scheduler_core.ports import QueueStore
 from workers.adapters.redis_queue import TRAIN, WAIT, QueueFullError, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
 
@@ -138,3 +139,9 @@ def test_port_form_round_trip(queue: RedisSchedulerQueue) -> None:
     assert name == TRAIN and payload == {"item_id": "a", "entries": [{"epoch": 3}]}
     queue.ack(name, delivery_id)
     assert queue.stats(now=0.0)[TRAIN].in_flight == 0
+
+
+def test_is_the_queue_store_port(queue: RedisSchedulerQueue) -> None:
+    port: QueueStore = queue  # mypy checks the shape; the round trip checks behaviour
+    port.push(WAIT, "x", {"n": 1})
+    assert port.depths() == {TRAIN: 0, WAIT: 1}

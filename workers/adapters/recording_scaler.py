@@ -79,6 +79,14 @@ def raise_for_status(status: int, job: str) -> None:
     raise PermanentScaleError(message)
 
 
+# The count in force and the log entry, together (one round trip, atomic).
+_RECORD = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('RPUSH', KEYS[2], ARGV[3])
+return 1
+"""
+
+
 class RecordingScaler:
     """``ReplicaScaler`` that keeps replica counts in Redis and logs each applied call."""
 
@@ -89,6 +97,7 @@ class RecordingScaler:
         self._prefix = prefix
         self._clock = clock
         self._faults = faults
+        self._record = client.register_script(_RECORD)
 
     @property
     def replicas_key(self) -> str:
@@ -119,10 +128,7 @@ class RecordingScaler:
                 "pid": os.getpid(),
             }
         )
-        pipe = self._redis.pipeline()
-        pipe.hset(self.replicas_key, job, replicas)
-        pipe.rpush(self.log_key, entry)
-        pipe.execute()
+        self._record(keys=[self.replicas_key, self.log_key], args=[job, replicas, entry])
         self._faults.pause("scale_applied", job)
         return replicas
 

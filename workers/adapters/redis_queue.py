@@ -29,6 +29,9 @@ Key layout (``P`` is the key prefix, ``q`` is ``train`` or ``wait``):
 * ``P queue:leased_since`` HASH ``q:<item>`` -> first-queued time of the delivery.
 * ``P queue:seq`` / ``P queue:token`` counters.
 
+A push may also set a wake-up flag key (``push_and_wake``): the first push
+after a consumer cleared the flag learns it must wake one.
+
 Times are passed in from the injected clock, never read inside Redis.
 """
 
@@ -94,46 +97,63 @@ elseif redis.call('LLEN', qkey) >= maxlen then
 end
 local seq = redis.call('INCR', p .. 'queue:seq')
 redis.call('RPUSH', pend, '{"seq":' .. seq .. ',"at":' .. now .. ',"data":' .. data .. '}')
-if exists then return {1, seq} end
+-- Optional wake-up flag: set if absent; 1 means this push must wake a consumer.
+local woke = 0
+if ARGV[7] and ARGV[7] ~= '' then
+  if redis.call('SET', ARGV[7], '1', 'NX', 'PX', ARGV[8]) then woke = 1 end
+end
+if exists then return {1, seq, woke} end
 redis.call('RPUSH', qkey, item)
 redis.call('HSET', qkey .. ':since', item, now)
-return {0, seq}
+return {0, seq, woke}
 """
 
 _POP = (
     _LUA_COMMON
     + r"""
-local p, now, lease, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local p, now, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local scan, count = tonumber(ARGV[4]), tonumber(ARGV[5])
+local leases = p .. 'queue:leases'
 return_expired(p, now, 1000)
-for i = 5, #ARGV do
+local out = {}
+local popped = 0
+for i = 6, #ARGV do
   local q = ARGV[i]
   local qkey = p .. 'queue:' .. q
-  -- Scan from the head in small chunks: the head is almost always poppable.
-  local offset = 0
-  while offset < scan do
-  local items = redis.call('LRANGE', qkey, offset, offset + 15)
-  if #items == 0 then break end
-  offset = offset + 16
-  for _, item in ipairs(items) do
-    local member = q .. ':' .. item
-    if not redis.call('ZSCORE', p .. 'queue:leases', member) then
-      local infl = qkey .. ':inflight:' .. item
-      redis.call('LREM', qkey, 1, item)
-      redis.call('RENAME', qkey .. ':pending:' .. item, infl)
-      local since = redis.call('HGET', qkey .. ':since', item)
-      redis.call('HDEL', qkey .. ':since', item)
-      local token = redis.call('INCR', p .. 'queue:token')
-      redis.call('ZADD', p .. 'queue:leases', now + lease, member)
-      redis.call('HSET', p .. 'queue:tokens', member, token)
-      redis.call('HSET', p .. 'queue:leased_since', member, since)
-      local out = {q, item, tostring(token), since}
-      for _, entry in ipairs(redis.call('LRANGE', infl, 0, -1)) do table.insert(out, entry) end
-      return out
+  -- From the head in small chunks; items of jobs in flight stay (and are skipped).
+  local skipped, scanned = 0, 0
+  while popped < count and scanned < scan do
+    local items = redis.call('LRANGE', qkey, skipped, skipped + 15)
+    if #items == 0 then break end
+    for _, item in ipairs(items) do
+      scanned = scanned + 1
+      local member = q .. ':' .. item
+      if redis.call('ZSCORE', leases, member) then
+        skipped = skipped + 1
+      else
+        local infl = qkey .. ':inflight:' .. item
+        redis.call('LREM', qkey, 1, item)
+        redis.call('RENAME', qkey .. ':pending:' .. item, infl)
+        local since = redis.call('HGET', qkey .. ':since', item)
+        redis.call('HDEL', qkey .. ':since', item)
+        local token = redis.call('INCR', p .. 'queue:token')
+        redis.call('ZADD', leases, now + lease, member)
+        redis.call('HSET', p .. 'queue:tokens', member, token)
+        redis.call('HSET', p .. 'queue:leased_since', member, since)
+        local entries = redis.call('LRANGE', infl, 0, -1)
+        table.insert(out, q)
+        table.insert(out, item)
+        table.insert(out, tostring(token))
+        table.insert(out, since)
+        table.insert(out, tostring(#entries))
+        for _, entry in ipairs(entries) do table.insert(out, entry) end
+        popped = popped + 1
+        if popped >= count then break end
+      end
     end
   end
-  end
 end
-return false
+return out
 """
 )
 
@@ -263,11 +283,50 @@ class RedisSchedulerQueue:
         self, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
     ) -> tuple[bool, int]:
         """Queue ``payload`` for ``item_id``; returns (merged into a pending item, seq)."""
+        return self.push_result(
+            queue, item_id, self._push(args=self._push_args(queue, item_id, payload, now))
+        )
+
+    def push_and_wake(
+        self,
+        queue: str,
+        item_id: str,
+        payload: Mapping[str, Any],
+        *,
+        now: float,
+        wake_key: str,
+        wake_ttl: float,
+    ) -> tuple[bool, int, bool]:
+        """``push_entry`` that also sets ``wake_key`` if absent (one round trip).
+
+        Returns (merged, seq, woke): ``woke`` is true when this push set the
+        flag, so the caller must wake a consumer; the consumer clears it.
+        """
+        args = [
+            *self._push_args(queue, item_id, payload, now),
+            wake_key,
+            max(1, int(wake_ttl * 1000)),
+        ]
+        reply = self._push(args=args)
+        merged, seq = self.push_result(queue, item_id, reply)
+        return merged, seq, bool(int(reply[2]))
+
+    def push_in(
+        self, pipe: Any, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
+    ) -> None:
+        """Queue the push on a pipeline; read its reply with ``push_result``."""
+        self._push(args=self._push_args(queue, item_id, payload, now), client=pipe)
+
+    def _push_args(
+        self, queue: str, item_id: str, payload: Mapping[str, Any], now: float
+    ) -> list[Any]:
         _check_queue(queue)
         data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-        status, seq = self._push(
-            args=[self._prefix, queue, item_id, data, _num(now), self._max_length]
-        )
+        return [self._prefix, queue, item_id, data, _num(now), self._max_length]
+
+    def push_result(self, queue: str, item_id: str, reply: Any) -> tuple[bool, int]:
+        """(merged, seq) from a push's reply, or ``QueueFullError``."""
+        status, seq = int(reply[0]), int(reply[1])
         if status == -1:
             raise QueueFullError(
                 f"{queue} queue: job {item_id!r} already has {self._max_length} pending entries "
@@ -288,22 +347,44 @@ class RedisSchedulerQueue:
         scan: int = 1000,
     ) -> Delivery | None:
         """The next item (train queue first) whose job has nothing in flight, or None."""
+        popped = self.pop_deliveries(lease_seconds=lease_seconds, now=now, queues=queues, scan=scan)
+        return popped[0] if popped else None
+
+    def pop_deliveries(
+        self,
+        *,
+        lease_seconds: float,
+        now: float,
+        queues: tuple[str, ...] = QUEUES,
+        count: int = 1,
+        scan: int = 1000,
+    ) -> list[Delivery]:
+        """Up to ``count`` items in queue order (train first), each job at most once."""
         for queue in queues:
             _check_queue(queue)
         ordered = [q for q in QUEUES if q in queues]  # the train queue is always served first
-        raw = self._pop(args=[self._prefix, _num(now), _num(lease_seconds), scan, *ordered])
-        if not raw:
-            return None
-        queue, item, token, since, *entries = (_text(x) for x in raw)
-        decoded = []
-        for entry in entries:
-            value = json.loads(entry)
-            decoded.append(
-                QueueEntry(seq=int(value["seq"]), at=float(value["at"]), data=value["data"])
+        raw = [
+            _text(x)
+            for x in self._pop(
+                args=[self._prefix, _num(now), _num(lease_seconds), scan, count, *ordered]
             )
-        return Delivery(
-            queue=queue, item_id=item, token=token, enqueued_at=float(since), entries=tuple(decoded)
-        )
+        ]
+        deliveries = []
+        index = 0
+        while index < len(raw):
+            queue, item, token, since, size = raw[index : index + 5]
+            entries = raw[index + 5 : index + 5 + int(size)]
+            index += 5 + int(size)
+            deliveries.append(
+                Delivery(
+                    queue=queue,
+                    item_id=item,
+                    token=token,
+                    enqueued_at=float(since),
+                    entries=tuple(_entry(e) for e in entries),
+                )
+            )
+        return deliveries
 
     def ack_delivery(self, delivery: Delivery) -> bool:
         """Done with a delivery. False when its lease had expired and it was handed back."""
@@ -367,6 +448,11 @@ class RedisSchedulerQueue:
 
     def _p(self, suffix: str) -> str:
         return f"{self._prefix}{suffix}"
+
+
+def _entry(raw: str | bytes) -> QueueEntry:
+    value = json.loads(raw)
+    return QueueEntry(seq=int(value["seq"]), at=float(value["at"]), data=value["data"])
 
 
 def _check_queue(queue: str) -> None:

@@ -12,12 +12,13 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 * ``P jobs`` SET of known job keys; ``P job:<job>`` STRING ``JobRecord`` JSON.
 * ``P job:<job>:policy:<policy>`` STRING the policy's state for this job only.
 * ``P job:<job>:schedule`` STRING ``ScheduleCursor`` JSON (newest applied queue
-  seq, newest decided target), written in the same transaction as the state.
+  seq, newest decided target), written in the same compare-and-set as the state.
 * ``P job:<job>:generation`` STRING int: generation of the newest decision.
 * ``P job:<job>:applied`` STRING ``AppliedTarget`` JSON: newest applied decision.
 * ``P job:<job>:decisions`` LIST ``DecisionRecord`` JSON, newest first, bounded.
 * ``P job:<job>:metrics`` LIST ``EpochReport`` JSON, newest first, bounded.
-* ``P job:<job>:last_report`` STRING the newest pushed ``EpochReport``.
+* ``P job:<job>:last_report`` STRING the newest ``EpochReport`` decided on
+  (written with the schedule state, by the same compare-and-set).
 * ``P plan:latest`` STRING ``PlanRecord`` JSON; ``P plan:history`` LIST, newest first.
 * ``P cluster:policy:<policy>`` STRING the cluster policy's state.
 * ``P capacity:free`` HASH cpu_milli / memory_mega / gpu the newest plan leaves free.
@@ -111,6 +112,30 @@ class Reservation:
     constrained: bool
 
 
+# New policy state, cursor, decision to record (or None), newest report seen (or None).
+ScheduleWrite = tuple[str, ScheduleCursor, DecisionRecord | None, EpochReport | None]
+
+
+@dataclass(frozen=True)
+class ScheduleSnapshot:
+    """One read of a job's schedule state, raw, so a write can compare against it."""
+
+    job: str
+    policy: str
+    state: str | None
+    cursor_raw: str | None
+    generation_raw: str | None
+
+    @property
+    def cursor(self) -> ScheduleCursor:
+        raw = self.cursor_raw
+        return ScheduleCursor.model_validate_json(raw) if raw else ScheduleCursor()
+
+    @property
+    def generation(self) -> int:
+        return int(self.generation_raw or 0)
+
+
 class ConcurrentUpdateError(Exception):
     """Optimistic concurrency gave up after too many conflicting writers."""
 
@@ -137,6 +162,59 @@ return {granted, constrained}
 """
 
 
+_COMPARE_AND_SET = r"""
+local function unchanged(key, expected)
+  local value = redis.call('GET', key)
+  if not value then value = '' end
+  return value == expected
+end
+if not (unchanged(KEYS[1], ARGV[1]) and unchanged(KEYS[2], ARGV[2])
+        and unchanged(KEYS[3], ARGV[3])) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], ARGV[5])
+if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6]) end
+if ARGV[7] ~= '' then
+  redis.call('LPUSH', KEYS[4], ARGV[7])
+  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[8]) - 1)
+end
+redis.call('SADD', KEYS[6], ARGV[9])
+if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
+return 1
+"""
+
+
+_BEGIN_SCALES = r"""
+local out = {}
+for i = 1, #KEYS, 3 do
+  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    table.insert(out, 1)
+    table.insert(out, redis.call('GET', KEYS[i + 1]) or '')
+    table.insert(out, redis.call('GET', KEYS[i + 2]) or '')
+  else
+    table.insert(out, 0)
+    table.insert(out, '')
+    table.insert(out, '')
+  end
+end
+return out
+"""
+
+# Only while the lock is still ours: after a TTL expiry another worker may be
+# applying a newer generation, and an older record must not overwrite it.
+_FINISH_SCALES = r"""
+for i = 1, #KEYS, 2 do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    local applied = ARGV[(i + 1) / 2 + 1]
+    if applied ~= '' then redis.call('SET', KEYS[i + 1], applied) end
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+"""
+
+
 class StateStore:
     """Typed reads and writes of the runtime's state in one Redis database."""
 
@@ -147,6 +225,9 @@ class StateStore:
         self.prefix = prefix
         self.history = history
         self._reserve = client.register_script(_RESERVE)
+        self._compare_and_set = client.register_script(_COMPARE_AND_SET)
+        self._begin_scales = client.register_script(_BEGIN_SCALES)
+        self._finish_scales = client.register_script(_FINISH_SCALES)
 
     def key(self, suffix: str) -> str:
         return f"{self.prefix}{suffix}"
@@ -161,6 +242,15 @@ class StateStore:
         pipe.set(self.key(f"job:{record.job}"), record.model_dump_json())
         pipe.sadd(self.key("jobs"), record.job)
         pipe.execute()
+
+    def get_jobs(self, jobs: list[str]) -> dict[str, JobRecord]:
+        """Records of the jobs that have one, in one read."""
+        if not jobs:
+            return {}
+        raw = self.redis.mget([self.key(f"job:{job}") for job in jobs])
+        return {
+            job: JobRecord.model_validate_json(r) for job, r in zip(jobs, raw, strict=True) if r
+        }
 
     def get_job(self, job: str) -> JobRecord | None:
         raw = self.redis.get(self.key(f"job:{job}"))
@@ -187,57 +277,89 @@ class StateStore:
 
     # --- the schedule transaction -----------------------------------------------------
 
+    def read_schedule(self, jobs: list[tuple[str, str]]) -> list[ScheduleSnapshot]:
+        """Policy state, cursor and generation of each (job, policy), in one read."""
+        if not jobs:
+            return []
+        keys = []
+        for job, policy in jobs:
+            keys += [
+                self.job_key(job, f"policy:{policy}"),
+                self.job_key(job, "schedule"),
+                self.job_key(job, "generation"),
+            ]
+        values = [_opt_text(v) for v in self.redis.mget(keys)]
+        return [
+            ScheduleSnapshot(job, policy, values[3 * i], values[3 * i + 1], values[3 * i + 2])
+            for i, (job, policy) in enumerate(jobs)
+        ]
+
+    def write_schedule(
+        self, writes: list[tuple[ScheduleSnapshot, ScheduleWrite | None]]
+    ) -> list[bool]:
+        """Compare-and-set each job's state, cursor, generation and history, in one round trip.
+
+        A write is applied only if its snapshot's three values are unchanged;
+        the result says, per write, whether it was (a None write counts as done).
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        queued = []
+        for snapshot, write in writes:
+            if write is None:
+                continue
+            new_state, new_cursor, record, report = write
+            job = snapshot.job
+            self._compare_and_set(
+                keys=[
+                    self.job_key(job, f"policy:{snapshot.policy}"),
+                    self.job_key(job, "schedule"),
+                    self.job_key(job, "generation"),
+                    self.job_key(job, "decisions"),
+                    self.job_key(job, "last_report"),
+                    self.key("jobs"),
+                ],
+                args=[
+                    snapshot.state or "",
+                    snapshot.cursor_raw or "",
+                    snapshot.generation_raw or "",
+                    new_state,
+                    new_cursor.model_dump_json(),
+                    "" if record is None else str(record.generation),
+                    "" if record is None else record.model_dump_json(),
+                    self.history,
+                    job,
+                    "" if report is None else report.model_dump_json(),
+                ],
+                client=pipe,
+            )
+            queued.append(snapshot)
+        results = iter(pipe.execute() if queued else [])
+        return [True if write is None else bool(next(results)) for _, write in writes]
+
     def schedule_transaction(
         self,
         job: str,
         policy: str,
         compute: Callable[[str | None, ScheduleCursor, int], T],
-        commit: Callable[[T], tuple[str, ScheduleCursor, DecisionRecord | None] | None],
+        commit: Callable[[T], ScheduleWrite | None],
         *,
         attempts: int = 50,
         on_conflict: Callable[[T], None] = lambda _: None,
     ) -> T:
         """Read a job's policy state, cursor and generation; compute; write back atomically.
 
-        ``compute(state_json, cursor, generation)`` runs under WATCH; ``commit``
-        turns its result into what to write (None: write nothing). If another
-        writer touched the job in between, ``on_conflict`` undoes any side
-        effect of ``compute`` and the whole thing runs again.
+        Optimistic concurrency: ``compute(state_json, cursor, generation)`` runs
+        on one read; ``commit`` turns its result into what to write (None:
+        write nothing), and the write is a Lua compare-and-set that applies
+        only if none of the three values changed meanwhile. Otherwise
+        ``on_conflict`` undoes any side effect of ``compute`` and it all runs again.
         """
-        state_key = self.job_key(job, f"policy:{policy}")
-        cursor_key = self.job_key(job, "schedule")
-        generation_key = self.job_key(job, "generation")
         for _ in range(attempts):
-            with self.redis.pipeline() as pipe:
-                try:
-                    pipe.watch(state_key, cursor_key, generation_key)  # type: ignore[no-untyped-call]
-                    state_value, cursor_raw, generation_raw = pipe.mget(
-                        state_key, cursor_key, generation_key
-                    )
-                    state_raw = _opt_text(state_value)
-                    cursor = (
-                        ScheduleCursor.model_validate_json(cursor_raw)
-                        if cursor_raw
-                        else ScheduleCursor()
-                    )
-                    generation = int(generation_raw or 0)
-                    result = compute(state_raw, cursor, generation)
-                    writes = commit(result)
-                    if writes is None:
-                        pipe.unwatch()
-                        return result
-                    new_state, new_cursor, record = writes
-                    pipe.multi()
-                    pipe.set(state_key, new_state)
-                    pipe.set(cursor_key, new_cursor.model_dump_json())
-                    if record is not None:
-                        pipe.set(generation_key, record.generation)
-                        self._queue_decision(pipe, job, record)
-                    pipe.execute()
-                    return result
-                except redis.WatchError:
-                    on_conflict(result)
-                    continue
+            snapshot = self.read_schedule([(job, policy)])[0]
+            result = compute(snapshot.state, snapshot.cursor, snapshot.generation)
+            if self.write_schedule([(snapshot, commit(result))])[0]:
+                return result
+            on_conflict(result)
         raise ConcurrentUpdateError(f"job {job}: gave up after {attempts} conflicting updates")
 
     def cursor(self, job: str) -> ScheduleCursor:
@@ -280,6 +402,41 @@ class StateStore:
         record = AppliedTarget.model_validate_json(applied) if applied else None
         return int(generation or 0), record
 
+    def begin_scales(
+        self, jobs: list[str], *, token: str, ttl: float
+    ) -> list[tuple[bool, int, AppliedTarget | None]]:
+        """Take each job's scale lock if free; with it, its newest and applied generation.
+
+        One round trip for the batch: per job (locked, newest generation, applied).
+        """
+        keys = []
+        for job in jobs:
+            keys += [
+                self.key(f"lock:scale:{job}"),
+                self.job_key(job, "generation"),
+                self.job_key(job, "applied"),
+            ]
+        raw = self._begin_scales(keys=keys, args=[token, max(1, int(ttl * 1000))]) if jobs else []
+        out = []
+        for i in range(len(jobs)):
+            locked, generation, applied = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
+            record = AppliedTarget.model_validate_json(applied) if applied else None
+            out.append((bool(int(locked)), int(generation or 0), record))
+        return out
+
+    def finish_scales(
+        self, finished: list[tuple[str, AppliedTarget | None]], *, token: str
+    ) -> None:
+        """Record what was applied and release the locks still held by ``token``, at once."""
+        if not finished:
+            return
+        keys = []
+        args = [token]
+        for job, applied in finished:
+            keys += [self.key(f"lock:scale:{job}"), self.job_key(job, "applied")]
+            args.append(applied.model_dump_json() if applied is not None else "")
+        self._finish_scales(keys=keys, args=args)
+
     def set_applied(self, job: str, applied: AppliedTarget) -> None:
         self.redis.set(self.job_key(job, "applied"), applied.model_dump_json())
 
@@ -317,7 +474,8 @@ class StateStore:
 
         No plan yet means nothing is known about the cluster: everything is granted.
         """
-        if replicas <= 0:
+        if replicas <= 0 or per_replica == Resources(gpu_resource=per_replica.gpu_resource):
+            # Nothing asked, or a job whose requests are unknown: nothing to hold back.
             return Reservation(granted=max(replicas, 0), constrained=False)
         granted, constrained = self._reserve(
             keys=[self.key("capacity:free")],
@@ -328,7 +486,9 @@ class StateStore:
     def release(self, per_replica: Resources, replicas: int) -> None:
         """Give back room for ``replicas`` replicas (a shrink or an undone reservation)."""
         key = self.key("capacity:free")
-        if replicas <= 0 or not self.redis.exists(key):
+        if replicas <= 0 or per_replica == Resources(gpu_resource=per_replica.gpu_resource):
+            return
+        if not self.redis.exists(key):
             return
         pipe = self.redis.pipeline()
         for name, need in (
@@ -380,11 +540,13 @@ class StateStore:
 
     # --- metrics -----------------------------------------------------------------
 
-    def save_last_report(self, report: EpochReport) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.job_key(report.job, "last_report"), report.model_dump_json())
-        pipe.sadd(self.key("jobs"), report.job)
-        pipe.execute()
+    def save_last_report(self, report: EpochReport, *, pipe: Any = None) -> None:
+        """Keep the newest pushed report (queued on ``pipe`` when given)."""
+        target = pipe if pipe is not None else self.redis.pipeline(transaction=False)
+        target.set(self.job_key(report.job, "last_report"), report.model_dump_json())
+        target.sadd(self.key("jobs"), report.job)
+        if pipe is None:
+            target.execute()
 
     def last_report(self, job: str) -> EpochReport | None:
         raw = self.redis.get(self.job_key(job, "last_report"))
@@ -414,9 +576,10 @@ class StateStore:
         )
         return lock
 
-    def claim_flag(self, name: str, *, ttl: float) -> bool:
-        """Set a short-lived flag; True when it was not set yet."""
-        return bool(self.redis.set(self.key(name), "1", nx=True, px=max(1, int(ttl * 1000))))
+    def claim_flag(self, name: str, *, ttl: float, pipe: Any = None) -> bool:
+        """Set a short-lived flag; True when it was not set yet (on ``pipe``: queued)."""
+        client = pipe if pipe is not None else self.redis
+        return bool(client.set(self.key(name), "1", nx=True, px=max(1, int(ttl * 1000))))
 
     def clear_flag(self, name: str) -> None:
         self.redis.delete(self.key(name))

@@ -17,13 +17,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import sys
+import shlex
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -32,85 +29,37 @@ from typing import Annotated, Any
 import typer
 from kubernetes import client as k8s_client
 from rich.console import Console
-from rich.live import Live
 
 from sim.embedded.api_client import TrainscalerApi
 from sim.embedded.childenv import child_env
+from sim.embedded.children import ChildLayout, start_all
+from sim.embedded.console import (
+    Stopper,
+    Watch,
+    closing_line,
+    printer,
+    quiet,
+    stop_on_signals,
+    watch,
+)
 from sim.embedded.curves import EpochCurve, curve_for
 from sim.embedded.driver import DEFAULT_MIX, JobDriver
 from sim.embedded.kube import ClusterJobs, ElasticJobKind
 from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
 from sim.embedded.ports import LOOPBACK, choose_port
-from sim.embedded.supervisor import (
-    Child,
-    ChildFailedError,
-    ChildSpec,
-    StartCancelledError,
-    Supervisor,
-    http_ready,
-    log_ready,
-    tcp_ready,
-)
-from sim.embedded.table import StatusPoller, change_lines, render_table
+from sim.embedded.supervisor import ChildFailedError, StartCancelledError, Supervisor
+from sim.embedded.table import StatusPoller
+from sim.trace.runner import default_data_dir
 from workers.adapters.kubernetes.client import load_configuration
 from workers.adapters.kubernetes.crd import GROUP, KIND, PLURAL, VERSION, install_crd
 from workers.adapters.redis_server import redis_server_binary
 from workers.settings import Settings, get_settings
 from workers.wiring import Runtime
 
-DEFAULT_DATA_DIR = Path("../shared/data/pollux")
-
 
 class ClusterMode(StrEnum):
     LOOPBACK = "loopback"
     KUBECONFIG = "kubeconfig"
-
-
-@dataclass
-class Stopper:
-    """Set by SIGINT / SIGTERM (or the duration); the main loop polls it."""
-
-    event: threading.Event = field(default_factory=threading.Event)
-    reason: str = ""
-
-    def stop(self, reason: str) -> None:
-        if not self.event.is_set():
-            self.reason = reason
-            self.event.set()
-
-
-@contextmanager
-def _signals(stopper: Stopper, supervisor: Supervisor) -> Iterator[None]:
-    def handle(signum: int, _frame: Any) -> None:
-        stopper.stop(signal.Signals(signum).name)
-        supervisor.cancel.set()
-
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _quiet(_line: str) -> None:
-    return None
-
-
-def _printer(console: Console, *, table: bool) -> Callable[[str], None]:
-    """Lines through rich next to the live table; plain flushed lines otherwise."""
-
-    def say(line: str) -> None:
-        if table:
-            console.print(line, markup=False, highlight=False)
-        else:
-            print(line, flush=True)
-
-    return say
-
-
-def _python(*args: str) -> list[str]:
-    return [sys.executable, *args]
 
 
 @dataclass
@@ -184,70 +133,41 @@ def _plan(
     )
 
 
-def _start_children(plan: Plan, supervisor: Supervisor, *, nodes: int, gpus: int) -> None:
-    inherited = dict(os.environ)  # passed through, never interpreted (Settings reads it)
-    env = child_env(inherited, plan.settings.model_dump(mode="json"))
-    first: list[Child] = []
-    if plan.embedded_redis:
-        data = plan.run_dir / "redis"
-        data.mkdir(parents=True, exist_ok=True)
-        argv = [
-            redis_server_binary(),
-            "--bind", LOOPBACK, "--port", str(plan.redis_port), "--dir", str(data),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-        ]  # fmt: skip
-        spec = ChildSpec("redis", argv, env, ready=tcp_ready(plan.redis_port), ready_timeout=20)
-        first.append(supervisor.start(spec, wait=False))
-    if plan.loopback_cluster:
-        kubeconfig = plan.run_dir / "kubeconfig"
-        argv = _python(
-            "-m", "sim.apiserver", "--port", str(plan.kube_port), "--nodes", str(nodes),
-            "--gpus", str(gpus), "--gpu-resource", plan.settings.gpu_resource,
-            "--kubeconfig", str(kubeconfig),
-        )  # fmt: skip
-        ready = kubeconfig.exists
-        first.append(supervisor.start(ChildSpec("apiserver", argv, env, ready=ready), wait=False))
-    for child in first:
-        supervisor.wait_ready(child)
+def _layout(plan: Plan, *, nodes: int, gpus: int) -> ChildLayout:
+    return ChildLayout(
+        run_dir=plan.run_dir,
+        api_port=plan.api_port,
+        flower_port=plan.flower_port,
+        redis_server=redis_server_binary() if plan.embedded_redis else None,
+        redis_port=plan.redis_port,
+        kube_port=plan.kube_port if plan.loopback_cluster else 0,
+        nodes=nodes,
+        gpus=gpus,
+        gpu_resource=plan.settings.gpu_resource,
+    )
 
-    worker_log = supervisor.log_dir / "worker.log"
-    celery = _python("-m", "celery", "-A", "workers")
-    queues = "control,events,cluster-writes"
-    specs = [
-        ChildSpec(
-            "worker",
-            [
-                *celery, "worker", "--pool", "threads", "--concurrency", "4", "--events",
-                "--queues", queues, "--hostname", "trainscaler@%h", "--loglevel", "INFO",
-            ],
-            env,
-            ready=log_ready(worker_log, " ready."),
-        ),
-        ChildSpec(
-            "beat",
-            [
-                *celery, "beat", "--loglevel", "INFO", "--max-interval", "1",
-                "--schedule", str(plan.run_dir / "beat-schedule"),
-            ],
-            env,
-        ),
-        ChildSpec(
-            "api",
-            _python("-m", "workers.cli", "api", "--host", LOOPBACK, "--port", str(plan.api_port)),
-            env,
-            ready=http_ready(f"{plan.api_url}/health", statuses=(200, 503)),
-        ),
-        ChildSpec(
-            "flower",
-            [*celery, "flower", f"--address={LOOPBACK}", f"--port={plan.flower_port}"],
-            # Loopback only: Flower's REST API answers without basic auth here.
-            {**env, "FLOWER_UNAUTHENTICATED_API": "true"},
-            ready=http_ready(f"{plan.flower_url}/healthcheck"),
-        ),
-    ]  # fmt: skip
-    started = [supervisor.start(spec, wait=False) for spec in specs]
-    for child in started:
-        supervisor.wait_ready(child)
+
+def _write_client_env(plan: Plan) -> Path:
+    """``source`` it in another terminal to use ``trainscaler jobs|status|...`` on this run."""
+    values = {
+        "TRAINSCALER_API_URL": plan.api_url,
+        "TRAINSCALER_API_TOKEN": plan.settings.api_token or "",
+        "TRAINSCALER_REDIS_URL": plan.settings.redis_url,
+    }
+    if plan.settings.kubeconfig:
+        values["TRAINSCALER_KUBECONFIG"] = plan.settings.kubeconfig
+    path = plan.run_dir / "env"
+    path.touch(mode=0o600)  # it holds the API token
+    path.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items()))
+    return path
+
+
+def _data_dir(option: Path | None, settings: Settings) -> Path:
+    if option is not None:
+        return option
+    if settings.pollux_data_dir:
+        return Path(settings.pollux_data_dir)
+    return default_data_dir()
 
 
 def _kube_api_client(settings: Settings) -> Any:
@@ -289,6 +209,7 @@ def _summary(
         jobs[view.name] = {
             "key": view.key,
             "kind": view.mode,
+            "curve": view.curve_source,
             "scale_events": view.scale_events,
             "replica_history": view.history,
             "epochs": view.epoch,
@@ -358,8 +279,12 @@ def run(
         float, typer.Option(min=0.2, help="Wall seconds of a simulated epoch.")
     ] = 3.0,
     data_dir: Annotated[
-        Path, typer.Option(help="Pollux traces; synthetic curves when the folder is absent.")
-    ] = DEFAULT_DATA_DIR,
+        Path | None,
+        typer.Option(
+            help="Pollux traces (default: TRAINSCALER_POLLUX_DATA_DIR, else ../shared/data/pollux "
+            "beside the repo); synthetic curves when the folder is absent."
+        ),
+    ] = None,
     summary: Annotated[Path | None, typer.Option(help="Write a JSON summary here on exit.")] = None,
     run_dir: Annotated[
         Path | None, typer.Option(help="Logs and state (default: a new temp dir).")
@@ -367,7 +292,7 @@ def run(
 ) -> None:
     """Run the whole system on loopback: Redis, Kubernetes, worker, beat, API, Flower, jobs."""
     console = Console(stderr=False)
-    say = _printer(console, table=table)
+    say = printer(console, table=table)
     began = time.monotonic()
     stopper = Stopper()
     folder = run_dir or Path(tempfile.mkdtemp(prefix="trainscaler-run-"))
@@ -388,12 +313,14 @@ def run(
     api: TrainscalerApi | None = None
     startup_s: float | None = None
     exit_code = 0
-    with _signals(stopper, supervisor):
+    with stop_on_signals(stopper, supervisor):
         try:
             say(f"starting trainscaler ({cluster.value} cluster); logs in {supervisor.log_dir}")
             for note in plan.notes:
                 say(note)
-            _start_children(plan, supervisor, nodes=nodes, gpus=gpus)
+            inherited = dict(os.environ)  # passed through, never interpreted here
+            env = child_env(inherited, plan.settings.model_dump(mode="json"))
+            start_all(supervisor, _layout(plan, nodes=nodes, gpus=gpus), env)
             kube = _kube_api_client(plan.settings)
             install_crd(kube)
             cluster_jobs = ClusterJobs(
@@ -405,7 +332,8 @@ def run(
             board = ParallelismBoard()
             ps = ParameterServer(board).start()
             if jobs:
-                folder_or_none = data_dir if (data_dir / "traces").is_dir() else None
+                traces = _data_dir(data_dir, plan.settings)
+                folder_or_none = traces if (traces / "traces").is_dir() else None
                 driver = JobDriver(
                     DEFAULT_MIX,
                     curves=_curves(folder_or_none),
@@ -415,7 +343,7 @@ def run(
                     ps_url=ps.url,
                     epoch_wall_s=epoch_seconds,
                     # Next to the live table, failures show in its rows instead.
-                    log=say if not table else _quiet,
+                    log=say if not table else quiet,
                 )
                 driver.start()
                 poller = StatusPoller(driver, api=api, cluster=cluster_jobs)
@@ -424,19 +352,16 @@ def run(
             if waited is not None:
                 startup_s = time.monotonic() - began
             say(f"Flower: {plan.flower_url}")
-            say(
-                f"API:    {plan.api_url}  (docs {plan.api_url}/docs; bearer token in {folder / 'api-token'})"
-            )
-            (folder / "api-token").write_text(plan.settings.api_token or "")
+            say(f"API:    {plan.api_url}  (docs {plan.api_url}/docs)")
+            say(f"CLI:    source {_write_client_env(plan)}; trainscaler jobs")
             say(
                 f"ready in {startup_s:.1f}s (first autoscale succeeded)"
                 if startup_s is not None
                 else "no autoscale run succeeded within 120s"
             )
-            exit_code = _main_loop(
-                plan, supervisor, stopper, driver, poller, began=began, duration=duration,
-                table=table, console=console, say=say,
-            )  # fmt: skip
+            urls = {"Flower": plan.flower_url, "API": plan.api_url}
+            w = Watch(supervisor, stopper, driver, poller, urls, began=began, duration=duration)
+            exit_code = watch(w, table=table, console=console, say=say)
         except StartCancelledError:
             say(f"stopping: {stopper.reason} during start-up")
         except ChildFailedError as error:
@@ -452,7 +377,7 @@ def run(
             )
             if summary is not None:
                 summary.write_text(json.dumps(report, indent=2))
-            say(_closing_line(report))
+            say(closing_line(report))
             if ps is not None:
                 ps.stop()
             if api is not None:
@@ -460,66 +385,6 @@ def run(
             for line in supervisor.stop_all():
                 say(f"stopped {line}")
     raise typer.Exit(exit_code)
-
-
-def _closing_line(report: dict[str, Any]) -> str:
-    jobs = report["jobs"].values()
-    scaled = sum(1 for job in jobs if job["scale_events"] > 0)
-    return (
-        f"summary: {report['autoscale_runs']} autoscale runs, {scaled}/{len(report['jobs'])} "
-        f"jobs scaled, dead letters: {report['dead_letters']}"
-    )
-
-
-def _main_loop(
-    plan: Plan,
-    supervisor: Supervisor,
-    stopper: Stopper,
-    driver: JobDriver | None,
-    poller: StatusPoller | None,
-    *,
-    began: float,
-    duration: float | None,
-    table: bool,
-    console: Console,
-    say: Callable[[str], None],
-) -> int:
-    urls = {"Flower": plan.flower_url, "API": plan.api_url}
-    previous: dict[str, tuple[Any, ...]] = {}
-    exit_code = 0
-
-    def tick() -> bool:
-        nonlocal exit_code
-        if duration is not None and time.monotonic() - began >= duration:
-            stopper.stop(f"duration {duration:.0f}s reached")
-        dead = supervisor.dead()
-        if dead:
-            names = ", ".join(f"{c.name} (exit {c.process.returncode})" for c in dead)
-            say(f"error: {names} stopped on its own; see {supervisor.log_dir}")
-            stopper.stop("a child died")
-            exit_code = 1
-        return stopper.event.wait(0.5)
-
-    if table and driver is not None and poller is not None:
-        with Live(console=console, refresh_per_second=2, transient=False) as live:
-            while True:
-                elapsed = time.monotonic() - began
-                views = driver.views()
-                live.update(
-                    render_table(views, status=poller.status(), urls=urls, elapsed_s=elapsed)
-                )
-                if tick():
-                    break
-        console.print()
-    else:
-        while True:
-            if driver is not None:
-                for line in change_lines(driver.views(), previous):
-                    say(line)
-            if tick():
-                break
-    say(f"stopping: {stopper.reason}")
-    return exit_code
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,215 @@
+"""Runtime adapters and handlers in-process, against a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from scheduler_core.models import ElasticJob, EpochReport, Resources
+from workers import handlers
+from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
+from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
+from workers.adapters.redis_server import EmbeddedRedis
+from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
+from workers.settings import Settings
+from workers.wiring import Runtime
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FixedClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.value = now
+
+    def now(self) -> float:
+        return self.value
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis")) as embedded:
+        yield embedded
+
+
+@pytest.fixture
+def rt(server: EmbeddedRedis) -> Iterator[Runtime]:
+    runtime = Runtime(
+        Settings(redis_url=server.url, scaler="recording", max_load_desired=1.0),
+        clock=FixedClock(),
+    )
+    runtime.redis.flushall()
+    yield runtime
+    runtime.redis.close()
+
+
+def _job(name: str, *, current: int, cpu: int = 1000) -> ElasticJob:
+    return ElasticJob(
+        name=name,
+        min_replicas=1,
+        max_replicas=4,
+        current_replicas=current,
+        requests=Resources(cpu_milli=cpu, memory_mega=100),
+        limits=Resources(cpu_milli=cpu, memory_mega=100),
+    )
+
+
+def test_static_cluster_overlays_recorded_replicas(rt: Runtime) -> None:
+    reader = StaticClusterReader(rt.redis, prefix="trainscaler:")
+    reader.store(
+        StaticCluster(
+            nodes=(StaticNode(name="n1", cpu_milli=4000, memory_mega=1000),),
+            jobs=(_job("a", current=1),),
+        )
+    )
+    assert reader.inquire().cpu_request_milli == 1000
+    rt.scaler.scale("default/a", 3, reason="test")
+    assert [j.current_replicas for j in reader.elastic_jobs()] == [3]
+    cluster = reader.inquire()
+    assert cluster.cpu_request_milli == 3000
+    assert cluster.nodes.nodes_cpu_idle_milli == {"n1": 1000}
+
+
+def test_autoscale_stores_plan_free_room_and_sends_scales(rt: Runtime) -> None:
+    StaticClusterReader(rt.redis, prefix="trainscaler:").store(
+        StaticCluster(
+            nodes=(StaticNode(name="n1", cpu_milli=3000, memory_mega=10_000),),
+            jobs=(_job("a", current=1), _job("b", current=1)),
+        )
+    )
+    sent: list[handlers.ScaleCommand] = []
+    result = handlers.autoscale_once(rt, send_scale=sent.append, owner="test")
+    assert result["ran"] is True
+    plan = rt.store.latest_plan()
+    assert plan is not None
+    assert sum(d.target for d in plan.plan.decisions) == 3  # 3000 milli-CPU, 1000 per replica
+    assert {c.job for c in sent} == {d.job for d in plan.plan.changes}
+    assert all(c.generation == rt.store.generation(c.job) for c in sent)
+    free = rt.store.free_capacity()
+    assert free is not None and free.cpu_milli == 0
+    # Single flight: a held lock means the run is skipped.
+    lock = rt.store.lock("autoscale", ttl=10)
+    assert lock.acquire(blocking=False)
+    try:
+        assert handlers.autoscale_once(rt, send_scale=sent.append, owner="x")["ran"] is False
+    finally:
+        lock.release()
+    assert rt.store.skipped_runs() == 1
+
+
+def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None:
+    StaticClusterReader(rt.redis, prefix="trainscaler:").store(
+        StaticCluster(
+            nodes=(StaticNode(name="n1", cpu_milli=3000, memory_mega=10_000),),
+            jobs=(_job("a", current=1, cpu=1000), _job("idle", current=1, cpu=1)),
+        )
+    )
+    handlers.autoscale_once(rt, send_scale=lambda _: None, owner="test")
+    free = rt.store.free_capacity()
+    assert free is not None
+    sent: list[handlers.ScaleCommand] = []
+    # First contact for a job the plan knows: throughput wants +1 per report.
+    for epoch, seconds in enumerate((None, 10.0, 9.0, 8.0)):
+        handlers.accept_report(
+            rt, EpochReport(job="default/a", replicas=1 + epoch, epoch=epoch, epoch_time_s=seconds)
+        )
+        handlers.schedule_once(rt, send_scales=sent.extend)
+    history = rt.store.decisions("default/a")
+    clamped = [d.decision for d in history if d.decision.reason.rule.endswith("+capacity")]
+    assert clamped, [d.decision.reason.rule for d in history]
+    assert "leaves room for 0 more" in clamped[0].reason.message
+    unclamped = clamped[0].reason.numbers["unclamped_target"]
+    assert isinstance(unclamped, int) and unclamped > clamped[0].target == 1
+    # Held back by the clamp, the job never went past the one replica it started with.
+    assert [c.target for c in sent] == [1]
+
+
+def test_pushed_reports_source_reads_newest_decided_report(rt: Runtime) -> None:
+    handlers.accept_report(rt, {"job": "default/m", "replicas": 2, "epoch": 0})
+    handlers.accept_report(rt, {"job": "default/m", "replicas": 2, "epoch": 1, "epoch_time_s": 3.0})
+    handlers.schedule_once(rt, send_scales=lambda _: None)
+    reports = PushedReportsSource(rt.store).fetch(["default/m", "default/none"])
+    assert [(r.job, r.epoch) for r in reports] == [("default/m", 1)]
+    assert handlers.fetch_metrics_once(rt) == 1
+    assert [r.epoch for r in rt.store.metrics("default/m")] == [1]
+
+
+class _Prometheus(BaseHTTPRequestHandler):
+    queries: list[str] = []
+
+    def do_GET(self) -> None:
+        query = parse_qs(urlparse(self.path).query)["query"][0]
+        self.queries.append(query)
+        value: list[Any] = [] if "missing" in query else [{"value": [0, "12.5"]}]
+        body = json.dumps({"status": "success", "data": {"result": value}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_prometheus_source_queries_per_job(rt: Runtime) -> None:
+    http = HTTPServer(("127.0.0.1", 0), _Prometheus)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    try:
+        source = PrometheusSource(
+            url=f"http://127.0.0.1:{http.server_address[1]}",
+            query_template='avg(epoch_seconds{job="{job}"})',
+            store=rt.store,
+            clock=FixedClock(5.0),
+        )
+        reports = source.fetch(["default/a", "default/missing"])
+        assert [(r.job, r.epoch_time_s, r.at) for r in reports] == [("default/a", 12.5, 5.0)]
+        assert _Prometheus.queries[-2:] == [
+            'avg(epoch_seconds{job="default/a"})',
+            'avg(epoch_seconds{job="default/missing"})',
+        ]
+    finally:
+        http.shutdown()
+        http.server_close()
+        thread.join(timeout=5)
+
+
+def test_pop_many_takes_each_job_once_in_order(rt: Runtime) -> None:
+    queue = RedisSchedulerQueue(rt.redis, prefix="q:")
+    for job in ("a", "b", "c"):
+        queue.push_entry(TRAIN, job, {"job": job}, now=1.0)
+    first = queue.pop_delivery(lease_seconds=10, now=2.0)
+    assert first is not None and first.item_id == "a"
+    queue.push_entry(TRAIN, "a", {"job": "a", "n": 2}, now=3.0)
+    chunk = queue.pop_deliveries(lease_seconds=10, now=4.0, count=10)
+    assert [d.item_id for d in chunk] == ["b", "c"]
+    assert queue.ack_deliveries([first, *chunk]) == [True, True, True]
+    rest = queue.pop_deliveries(lease_seconds=10, now=5.0, count=10)
+    assert [d.item_id for d in rest] == ["a"]
+
+
+def test_a_redelivered_report_is_decided_once(rt: Runtime) -> None:
+    from tests.integration.replay import replay_throughput
+
+    reports = [
+        EpochReport(job="default/d", replicas=2, epoch=0),
+        EpochReport(job="default/d", replicas=2, epoch=1, epoch_time_s=10.0),
+        EpochReport(job="default/d", replicas=3, epoch=2, epoch_time_s=12.5),
+    ]
+    # Epoch 1 twice in one batch; epoch 2 again after it was decided. Applied twice,
+    # the repeat of epoch 2 would scale up (12.5 s is within 1.05 x its own time).
+    for report in (reports[0], reports[1], reports[1]):
+        handlers.accept_report(rt, report.model_dump(mode="json"))
+    handlers.schedule_once(rt, send_scales=lambda _: None)
+    for report in (reports[2], reports[2]):
+        handlers.accept_report(rt, report.model_dump(mode="json"))
+        handlers.schedule_once(rt, send_scales=lambda _: None)
+    assert replay_throughput(reports) == 2
+    assert replay_throughput([*reports, reports[2]]) == 4
+    assert rt.store.cursor("default/d").last_target == 2
+    assert rt.store.cursor("default/d").last_epoch == 2

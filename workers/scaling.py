@@ -1,0 +1,264 @@
+"""Applying targets and planning the cluster: ``scale`` and ``autoscale``.
+
+``apply_scale`` / ``apply_scales`` apply absolute targets through the
+replica-scaler port, idempotently and never older than the job's newest
+decision (generations); ``autoscale_once`` runs the cluster planner single-
+flight and stores the plan with its reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import LockError
+
+from scheduler_core.models import ClusterResource, ElasticJob, Reason, Resources, ScalingPlan
+from scheduler_core.policies.base import PolicyInput
+from scheduler_core.policies.edl import load_cap
+from scheduler_core.ports import PermanentScaleError, TransientScaleError
+from scheduler_core.registry import decide, get_policy, load_state
+from workers.adapters.state_store import AppliedTarget, AutoscaleRun, DecisionRecord, PlanRecord
+from workers.wiring import Runtime
+
+
+class ScaleCommand(BaseModel):
+    """The payload of ``trainscaler.scale``: an absolute target with its generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str
+    target: int
+    generation: int
+    reason: Reason
+    source: Literal["schedule", "autoscale"]
+    # Retries so far (exponential backoff with jitter between them).
+    attempt: int = Field(default=0, ge=0)
+
+    def reason_text(self) -> str:
+        return f"gen {self.generation} {self.reason.rule}: {self.reason.message}"
+
+
+SendScale = Callable[[ScaleCommand], None]
+SendScales = Callable[[list[ScaleCommand]], None]
+# Commands per ``scale`` task sent by one schedule run.
+SCALE_BATCH = 50
+
+
+def command_for(record: DecisionRecord) -> ScaleCommand:
+    decision = record.decision
+    return ScaleCommand(
+        job=decision.job,
+        target=decision.target,
+        generation=record.generation,
+        reason=decision.reason,
+        source=record.source,
+    )
+
+
+# --- scale ------------------------------------------------------------------------------
+
+
+class ScaleLockBusy(Exception):
+    """Another worker holds the job's scale lock past the wait limit."""
+
+
+# What a scaler call may fail with and a retry may fix (or not): reported per command.
+SCALE_ERRORS = (TransientScaleError, PermanentScaleError, ScaleLockBusy, OSError)
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    command: ScaleCommand
+    outcome: str = ""
+    error: Exception | None = None
+
+
+def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
+    """Apply an absolute target; idempotent, and never older than the newest decision.
+
+    Waits for the job's scale lock (up to its TTL). Raises
+    ``TransientScaleError`` / ``PermanentScaleError`` from the scaler.
+    """
+    ttl = rt.settings.scale_lock_ttl
+    lock = rt.store.lock(f"scale:{command.job}", ttl=ttl, blocking_timeout=ttl)
+    if not lock.acquire():
+        raise ScaleLockBusy(f"scale lock of {command.job} busy for {ttl}s")
+    try:
+        newest, applied = rt.store.generation_and_applied(command.job)
+        outcome, record = _apply_locked(rt, command, newest, applied)
+        if record is not None:
+            rt.store.set_applied(command.job, record)
+        return outcome
+    finally:
+        _release(lock)
+
+
+def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]:
+    """``apply_scale`` for a batch: the locks and bookkeeping of all in two round trips.
+
+    A command whose job lock is held elsewhere (or by an earlier command of the
+    same batch) waits for it on its own once the batch's locks are released.
+    Scaler errors come back per command, never raised.
+    """
+    results: dict[int, ScaleResult] = {}
+    token = uuid.uuid4().hex
+    begun = rt.store.begin_scales(
+        [c.job for c in commands], token=token, ttl=rt.settings.scale_lock_ttl
+    )
+    finished: list[tuple[str, AppliedTarget | None]] = []
+    deferred: list[int] = []
+    try:
+        for index, (command, (locked, newest, applied)) in enumerate(
+            zip(commands, begun, strict=True)
+        ):
+            if not locked:
+                deferred.append(index)
+                continue
+            record = None
+            try:
+                outcome, record = _apply_locked(rt, command, newest, applied)
+                results[index] = ScaleResult(command, outcome=outcome)
+            except SCALE_ERRORS as error:
+                results[index] = ScaleResult(command, error=error)
+            finished.append((command.job, record))
+    finally:
+        rt.store.finish_scales(finished, token=token)
+    for index in deferred:
+        try:
+            results[index] = ScaleResult(commands[index], outcome=apply_scale(rt, commands[index]))
+        except SCALE_ERRORS as error:
+            results[index] = ScaleResult(commands[index], error=error)
+    return [results[i] for i in range(len(commands))]
+
+
+def _apply_locked(
+    rt: Runtime, command: ScaleCommand, newest: int, applied: AppliedTarget | None
+) -> tuple[str, AppliedTarget | None]:
+    """The scale itself, under the job's lock: (outcome, what to record as applied)."""
+    if command.generation < newest:
+        return f"superseded by generation {newest}", None
+    if applied is not None and applied.generation >= command.generation:
+        return f"already applied (generation {applied.generation})", None
+    current = rt.scaler.current_replicas(command.job)
+    if current == command.target:
+        outcome = "already at target"
+    else:
+        rt.scaler.scale(command.job, command.target, reason=command.reason_text())
+        outcome = f"scaled {current} -> {command.target}"
+    record = AppliedTarget(
+        generation=command.generation, target=command.target, at=rt.clock.now(), outcome=outcome
+    )
+    return outcome, record
+
+
+def _release(lock: Any) -> None:
+    # Released only by its owner; an expired lock is simply gone.
+    with contextlib.suppress(LockError):
+        lock.release()
+
+
+# --- autoscale --------------------------------------------------------------------------
+
+
+def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[str, Any]:
+    """Single-flight: read the cluster, plan all elastic jobs, store the plan, send scales."""
+    settings = rt.settings
+    lock = rt.store.lock("autoscale", ttl=settings.autoscale_lock_ttl)
+    if not lock.acquire(blocking=False):
+        rt.store.count_skipped_run()
+        return {"ran": False, "note": "another autoscale run holds the lock"}
+    started = rt.clock.now()
+    run_id = rt.store.next_run_id()
+    changes: list[ScaleCommand] = []
+    note = ""
+    try:
+        jobs = tuple(rt.cluster_reader.elastic_jobs())
+        cluster = rt.cluster_reader.inquire()
+        policy = settings.cluster_policy
+        # Jobs driven by another policy (KubeML per-report) still count in the snapshot.
+        candidates = tuple(j for j in jobs if j.policy == policy)
+        result = decide(
+            policy,
+            PolicyInput(jobs=candidates, cluster=cluster, now=started),
+            state=load_state(policy, rt.store.cluster_policy_state(policy)),
+            params=_cluster_params(policy, settings.max_load_desired),
+        )
+        plan: ScalingPlan = result.plan
+        generations: dict[str, int] = {}
+        at = rt.clock.now()
+        for decision in plan.changes:
+            generation = rt.store.record_autoscale_decision(decision, at=at)
+            generations[decision.job] = generation
+            changes.append(
+                ScaleCommand(
+                    job=decision.job,
+                    target=decision.target,
+                    generation=generation,
+                    reason=decision.reason,
+                    source="autoscale",
+                )
+            )
+        record = PlanRecord(
+            run_id=run_id,
+            at=at,
+            owner=owner,
+            plan=plan,
+            cluster=cluster,
+            generations=generations,
+            requests={j.key: j.requests for j in jobs},
+        )
+        rt.store.save_plan(record, free=free_after(cluster, plan, jobs, settings.max_load_desired))
+        rt.store.save_cluster_policy_state(policy, result.state.model_dump_json())
+        for command in changes:
+            send_scale(command)
+    except Exception as error:
+        note = f"failed: {error}"
+        raise
+    finally:
+        rt.store.record_run(
+            AutoscaleRun(
+                run_id=run_id,
+                owner=owner,
+                started=started,
+                finished=rt.clock.now(),
+                changes=len(changes),
+                note=note,
+            )
+        )
+        _release(lock)
+    return {"ran": True, "run_id": run_id, "changes": len(changes)}
+
+
+def _cluster_params(policy: str, max_load_desired: float) -> dict[str, Any]:
+    fields = get_policy(policy).params_type.model_fields
+    return {"max_load_desired": max_load_desired} if "max_load_desired" in fields else {}
+
+
+def free_after(
+    cluster: ClusterResource,
+    plan: ScalingPlan,
+    jobs: tuple[ElasticJob, ...],
+    max_load_desired: float,
+) -> Resources:
+    """What stays free under the load cap once the plan is applied."""
+    by_key = {j.key: j for j in jobs}
+    cpu = cluster.cpu_request_milli
+    mem = cluster.memory_request_mega
+    gpu = cluster.gpu_limit
+    for decision in plan.changes:
+        job = by_key.get(decision.job)
+        if job is None:
+            continue
+        cpu += decision.delta * job.requests.cpu_milli
+        mem += decision.delta * job.requests.memory_mega
+        gpu += decision.delta * job.limits.gpu
+    return Resources(
+        cpu_milli=max(0, load_cap(cluster.cpu_total_milli, max_load_desired) - cpu),
+        memory_mega=max(0, load_cap(cluster.memory_total_mega, max_load_desired) - mem),
+        gpu=max(0, load_cap(cluster.gpu_total, max_load_desired) - gpu),
+    )

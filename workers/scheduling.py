@@ -1,0 +1,323 @@
+"""``schedule``: KubeML's scheduler loop over the SchedulerQueue.
+
+Pops items (train queue first) a chunk at a time, runs each job's policy with
+its state from Redis, clamps growth to the room the newest cluster plan
+leaves, records each decision with its reason and generation (one
+compare-and-set per job), sends the chunk's scale commands, then acks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources, ScalingDecision
+from scheduler_core.policies.base import PolicyInput
+from scheduler_core.registry import decide, load_state
+from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
+from workers.adapters.state_store import (
+    DecisionRecord,
+    JobRecord,
+    ScheduleCursor,
+    ScheduleWrite,
+)
+from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
+from workers.wiring import Runtime
+
+
+@dataclass
+class _Outcome:
+    kind: Literal["decided", "nothing_new", "no_room", "no_decision"]
+    new_state: str = ""
+    cursor: ScheduleCursor | None = None
+    record: DecisionRecord | None = None
+    changed: bool = False
+    reserved: int = 0
+    released: int = 0
+    per_replica: Resources = field(default_factory=Resources)
+    newest_report: EpochReport | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleSummary:
+    deliveries: int = 0
+    decisions: int = 0
+    scales: int = 0
+    waiting: int = 0
+    more: bool = False
+
+
+def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
+    """Pop items (train queue first), run each job's policy, send scales, ack.
+
+    Items are popped and decided a chunk at a time (one read and one write
+    round trip per chunk). Scale commands go out in one ``scale`` task per
+    chunk, and the chunk's deliveries are acked only after it was sent: a
+    worker dying in between leaves them to expire and be redone.
+    """
+    deliveries = decisions = scales = waiting = 0
+    queues: tuple[str, ...] = QUEUES
+    requests = _plan_requests(rt)
+    while deliveries < rt.settings.schedule_batch:
+        chunk = rt.queue.pop_deliveries(
+            lease_seconds=rt.settings.lease_seconds,
+            now=rt.clock.now(),
+            queues=queues,
+            count=min(SCALE_BATCH, rt.settings.schedule_batch - deliveries),
+        )
+        if not chunk:
+            return ScheduleSummary(deliveries, decisions, scales, waiting)
+        deliveries += len(chunk)
+        rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
+        commands: list[ScaleCommand] = []
+        done: list[Delivery] = []
+        for delivery, outcome in zip(chunk, _schedule_chunk(rt, chunk, requests), strict=True):
+            if outcome.kind == "no_room":
+                # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
+                rt.queue.nack_delivery(delivery)
+                waiting += 1
+                queues = (TRAIN,)
+                continue
+            if outcome.kind == "decided":
+                decisions += 1
+            if outcome.changed and outcome.record is not None:
+                commands.append(command_for(outcome.record))
+            elif outcome.kind == "nothing_new":
+                unsent = _unappliedcommand_for(rt, delivery.item_id)
+                if unsent is not None:
+                    commands.append(unsent)
+            done.append(delivery)
+        if commands:
+            send_scales(commands)
+            scales += len(commands)
+        if done:
+            rt.queue.ack_deliveries(done)
+    return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What one delivery is decided with."""
+
+    delivery: Delivery
+    job: str
+    policy: str
+    elastic: ElasticJob | None
+    per_replica: Resources
+    admission: bool
+    skip: bool
+
+
+def _schedule_chunk(
+    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources]
+) -> list[_Outcome]:
+    records = rt.store.get_jobs([d.item_id for d in chunk])
+    contexts = [_context(rt, d, records.get(d.item_id), requests) for d in chunk]
+    active = [c for c in contexts if not c.skip]
+    snapshots = rt.store.read_schedule([(c.job, c.policy) for c in active])
+    computed = {
+        id(c): _compute(rt, c, snap.state, snap.cursor, snap.generation)
+        for c, snap in zip(active, snapshots, strict=True)
+    }
+    written = rt.store.write_schedule(
+        [(snap, _commit(computed[id(c)])) for c, snap in zip(active, snapshots, strict=True)]
+    )
+    outcomes = []
+    conflicted = {id(c) for c, ok in zip(active, written, strict=True) if not ok}
+    for context in contexts:
+        if context.skip:
+            outcomes.append(_Outcome(kind="nothing_new"))
+            continue
+        outcome = computed[id(context)]
+        if id(context) in conflicted:
+            # Another writer touched this job meanwhile: undo and decide it on its own.
+            _undo(rt, outcome, kind=outcome.kind)
+            outcome = _schedule_single(rt, context)
+        elif outcome.released:
+            rt.store.release(context.per_replica, outcome.released)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _context(
+    rt: Runtime, delivery: Delivery, record: JobRecord | None, requests: dict[str, Resources]
+) -> _Context:
+    admission = delivery.queue == WAIT
+    return _Context(
+        delivery=delivery,
+        job=delivery.item_id,
+        policy=record.policy if record is not None else rt.settings.job_policy,
+        elastic=_elastic_job(record),
+        per_replica=requests.get(delivery.item_id, Resources()),
+        admission=admission,
+        # A submission whose job is gone or finished has nothing left to admit.
+        skip=admission and (record is None or record.finished_at is not None),
+    )
+
+
+def _schedule_single(rt: Runtime, context: _Context) -> _Outcome:
+    def compute(state_raw: str | None, cursor: ScheduleCursor, generation: int) -> _Outcome:
+        return _compute(rt, context, state_raw, cursor, generation)
+
+    def undo(outcome: _Outcome) -> None:
+        _undo(rt, outcome, kind=outcome.kind)
+
+    outcome = rt.store.schedule_transaction(
+        context.job, context.policy, compute, _commit, on_conflict=undo
+    )
+    if outcome.released:
+        rt.store.release(context.per_replica, outcome.released)
+    return outcome
+
+
+def _commit(outcome: _Outcome) -> ScheduleWrite | None:
+    if outcome.cursor is None:
+        return None
+    return outcome.new_state, outcome.cursor, outcome.record, outcome.newest_report
+
+
+def _compute(
+    rt: Runtime,
+    context: _Context,
+    state_raw: str | None,
+    cursor: ScheduleCursor,
+    generation: int,
+) -> _Outcome:
+    """Run the job's policy over the reports not applied yet (by queue seq)."""
+    job, policy, elastic = context.job, context.policy, context.elastic
+    fresh = [e for e in context.delivery.entries if e.seq > cursor.last_seq]
+    if not fresh:
+        return _Outcome(kind="nothing_new")
+    now = rt.clock.now()
+    if context.admission:
+        reports: tuple[EpochReport, ...] = (EpochReport(job=job, replicas=0, at=now),)
+    else:
+        reports = _in_epoch_order(_reports(rt, fresh), after=cursor.last_epoch)
+    result = decide(
+        policy,
+        PolicyInput(jobs=(elastic,) if elastic else (), reports=reports, now=now),
+        state=load_state(policy, state_raw),
+    )
+    last_epoch = max((r.epoch for r in reports if r.epoch is not None), default=cursor.last_epoch)
+    decision = result.plan.for_job(job)
+    new_state = result.state.model_dump_json()
+    last_seq = max(e.seq for e in fresh)
+    newest = None if context.admission or not reports else reports[-1]
+    if decision is None:
+        cursor = cursor.model_copy(update={"last_seq": last_seq, "last_epoch": last_epoch})
+        return _Outcome(
+            kind="no_decision", new_state=new_state, cursor=cursor, newest_report=newest
+        )
+    previous = cursor.last_target if cursor.last_target is not None else decision.current
+    outcome = _Outcome(
+        kind="decided", new_state=new_state, per_replica=context.per_replica, newest_report=newest
+    )
+    if decision.target > previous:
+        decision = _clamp_to_capacity(rt, decision, previous, context.per_replica, outcome)
+    elif decision.target < previous:
+        outcome.released = previous - decision.target
+    if context.admission and elastic is not None and decision.target < max(elastic.min_replicas, 1):
+        return _undo(rt, outcome, kind="no_room")
+    outcome.changed = decision.target != previous or cursor.last_target is None
+    outcome.record = DecisionRecord(
+        generation=generation + 1 if outcome.changed else generation,
+        at=now,
+        source="schedule",
+        decision=decision,
+    )
+    outcome.cursor = ScheduleCursor(
+        last_seq=last_seq, last_target=decision.target, last_epoch=last_epoch
+    )
+    return outcome
+
+
+def _undo(rt: Runtime, outcome: _Outcome, *, kind: Any) -> _Outcome:
+    if outcome.reserved:
+        rt.store.release(outcome.per_replica, outcome.reserved)
+    outcome.reserved = 0
+    outcome.kind = kind
+    return outcome
+
+
+def _clamp_to_capacity(
+    rt: Runtime, decision: ScalingDecision, previous: int, per_replica: Resources, outcome: _Outcome
+) -> ScalingDecision:
+    wanted = decision.target - previous
+    reservation = rt.store.reserve(per_replica, wanted)
+    outcome.reserved = reservation.granted
+    if not reservation.constrained:
+        return decision
+    target = previous + reservation.granted
+    reason = Reason(
+        rule=f"{decision.reason.rule}+capacity",
+        message=(
+            f"{decision.reason.message}; clamped to {target}: the newest cluster plan "
+            f"leaves room for {reservation.granted} more replica(s)"
+        ),
+        numbers={
+            **decision.reason.numbers,
+            "unclamped_target": decision.target,
+            "granted": reservation.granted,
+        },
+    )
+    return decision.model_copy(update={"target": target, "reason": reason})
+
+
+def _reports(rt: Runtime, entries: Any) -> list[EpochReport]:
+    reports = []
+    for entry in entries:
+        try:
+            reports.append(EpochReport.model_validate(entry.data))
+        except ValidationError as error:  # validated on the way in; kept for safety
+            rt.dead_letters.add(
+                task="trainscaler.schedule", payload=entry.data, error=str(error), at=rt.clock.now()
+            )
+    return reports
+
+
+def _in_epoch_order(reports: list[EpochReport], *, after: int | None) -> tuple[EpochReport, ...]:
+    """Drop reports of an epoch already decided on: a redelivered ``report_epoch``
+    pushes its report again, and KubeML's policy must see each epoch once."""
+    kept = []
+    newest = after
+    for report in reports:
+        if report.epoch is not None and newest is not None and report.epoch <= newest:
+            continue
+        kept.append(report)
+        if report.epoch is not None:
+            newest = report.epoch
+    return tuple(kept)
+
+
+def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
+    if record is None or record.request is None:
+        return None
+    namespace, _, name = record.job.partition("/")
+    request = record.request
+    return ElasticJob(
+        namespace=namespace,
+        name=name,
+        min_replicas=request.min_replicas,
+        max_replicas=request.max_replicas,
+        policy=record.policy,
+        default_parallelism=request.options.default_parallelism,
+    )
+
+
+def _plan_requests(rt: Runtime) -> dict[str, Resources]:
+    """Per-replica requests of the jobs in the newest plan (read once per schedule run)."""
+    plan = rt.store.latest_plan()
+    return dict(plan.requests) if plan is not None else {}
+
+
+def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:
+    """A redelivered item whose decision was recorded but maybe never sent: send it again."""
+    generation = rt.store.generation(job)
+    applied = rt.store.applied(job)
+    if generation == 0 or (applied is not None and applied.generation >= generation):
+        return None
+    decisions = rt.store.decisions(job, limit=20)
+    newest = next((d for d in decisions if d.generation == generation), None)
+    return command_for(newest) if newest is not None else None
