@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler_core.curves import CurvePoint, add_point, packed_nodes
-from scheduler_core.models import ElasticJob, EpochReport, JobPhase
+from scheduler_core.models import ElasticJob, EpochReport
 from scheduler_core.policies.base import PolicyInput
 
 
@@ -195,7 +195,7 @@ def account_time(
 
 def is_running(job: ElasticJob) -> bool:
     """Some replica of the job runs (a job with only pending replicas waits)."""
-    return job.phase == JobPhase.RUNNING and job.current_replicas > 0
+    return job.started
 
 
 def remaining_units(

@@ -87,6 +87,19 @@ class ElasticJob(Frozen):
     def needs_gpu(self) -> bool:
         return self.limits.gpu > 0
 
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica holds (extended resources: the request defaults to the limit)."""
+        return max(self.requests.gpu, self.limits.gpu)
+
+    def gpus_at(self, replicas: int) -> int:
+        return replicas * self.gpus_per_replica
+
+    @property
+    def started(self) -> bool:
+        """Some replica runs; a job whose replicas are all pending is still waiting."""
+        return self.phase == JobPhase.RUNNING and self.current_replicas > 0
+
     def fulfillment_at(self, replicas: int) -> float:
         """EDL fulfillment ``(cur - min) / (max - min)``; 1 when ``max == min``."""
         if self.max_replicas == self.min_replicas:

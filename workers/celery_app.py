@@ -64,9 +64,23 @@ def create_app(settings: Settings) -> Celery:
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
         broker_connection_retry_on_startup=True,
+        # Sending a follow-up or a retry rides out a Redis restart (about 30 s),
+        # rather than failing the task that sends it.
+        task_publish_retry=True,
+        task_publish_retry_policy={
+            "max_retries": 30,
+            "interval_start": 0.1,
+            "interval_step": 0.5,
+            "interval_max": 1.0,
+        },
         broker_use_ssl=ssl_options,
         redis_backend_use_ssl=ssl_options,
         result_expires=int(settings.result_expires),
+        # Storing a result rides out a Redis restart too (the task's work is done).
+        result_backend_always_retry=True,
+        result_backend_max_retries=30,
+        result_backend_base_sleep_between_retries_ms=100,
+        result_backend_max_sleep_between_retries_ms=1000,
         result_extended=False,
         task_queues=tuple(Queue(name) for name in (CONTROL, EVENTS, CLUSTER_WRITES)),  # type: ignore[no-untyped-call]
         task_default_queue=CONTROL,

@@ -9,6 +9,7 @@ on its own with exponential backoff and jitter, up to
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from functools import lru_cache
@@ -16,6 +17,7 @@ from typing import Any
 
 import redis
 from celery import Task
+from celery.exceptions import Reject
 from pydantic import ValidationError
 
 from scheduler_core.ports import PermanentScaleError
@@ -26,22 +28,33 @@ from workers.deadletters import validation_message
 from workers.settings import get_settings
 from workers.wiring import Runtime
 
-# Redis hiccups (a restart, a failover) are retried by Celery; the queue's
-# leases make the retried work safe.
+# Redis itself away (a restart, a failover): the message goes back to its queue
+# (or, if even that fails, stays unacked and is redelivered after the visibility
+# timeout). Not Celery's autoretry: its retry publishes a copy and drops the
+# original, and when that publish fails mid-restart the task is lost. The queue
+# leases, per-report sequence numbers and generations make the redo safe.
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
-REDIS_RETRY: dict[str, Any] = {
-    "autoretry_for": REDIS_ERRORS,
-    "retry_backoff": 0.2,
-    "retry_backoff_max": 5,
-    "retry_jitter": True,
-    "max_retries": 50,
-}
+
+
+def _requeue_on_redis_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except REDIS_ERRORS as error:
+            raise Reject(repr(error), requeue=True) from error
+
+    return run
 
 
 def _task(**options: Any) -> Callable[[Callable[..., Any]], Task]:
-    """``app.task`` with a type: Celery's decorator is untyped."""
+    """``app.task`` with a type (Celery's decorator is untyped), requeueing on Redis errors."""
     decorator: Callable[[Callable[..., Any]], Task] = app.task(**options)
-    return decorator
+
+    def register(function: Callable[..., Any]) -> Task:
+        return decorator(_requeue_on_redis_errors(function))
+
+    return register
 
 
 @lru_cache(maxsize=1)
@@ -69,7 +82,7 @@ def _send_scales(commands: list[handlers.ScaleCommand], *, countdown: float | No
     scale.apply_async(args=[[c.model_dump(mode="json") for c in commands]], countdown=countdown)
 
 
-@_task(name="trainscaler.submit", bind=True, **REDIS_RETRY)
+@_task(name="trainscaler.submit", bind=True)
 def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
@@ -82,7 +95,7 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     return {"ok": True, "job": job}
 
 
-@_task(name="trainscaler.report_epoch", **REDIS_RETRY)
+@_task(name="trainscaler.report_epoch")
 def report_epoch(payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
@@ -99,7 +112,7 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
 
 # Internal tasks: their outcomes live in Redis (decisions, applied targets,
 # dead letters), so no result is stored for them.
-@_task(name="trainscaler.schedule", ignore_result=True, **REDIS_RETRY)
+@_task(name="trainscaler.schedule", ignore_result=True)
 def schedule() -> dict[str, Any]:
     rt = runtime()
     # Cleared first: a push from now on triggers another run, so nothing waits unseen.
@@ -115,7 +128,7 @@ def schedule() -> dict[str, Any]:
     }
 
 
-@_task(name="trainscaler.scale", ignore_result=True, **REDIS_RETRY)
+@_task(name="trainscaler.scale", ignore_result=True)
 def scale(commands: Any = None) -> dict[str, Any]:
     """Apply one scale command, or a list of them (one schedule run's batch)."""
     rt = runtime()
@@ -158,18 +171,18 @@ def _backoff(rt: Runtime, retries: int) -> float:
     return random.uniform(ceiling / 2, ceiling)
 
 
-@_task(name="trainscaler.autoscale", bind=True, **REDIS_RETRY)
+@_task(name="trainscaler.autoscale", bind=True)
 def autoscale(self: Task) -> dict[str, Any]:
     owner = f"{handlers.owner_id()}:{self.request.id}"
     return handlers.autoscale_once(runtime(), send_scale=_send_scale, owner=owner)
 
 
-@_task(name="trainscaler.fetch_metrics", **REDIS_RETRY)
+@_task(name="trainscaler.fetch_metrics")
 def fetch_metrics() -> dict[str, Any]:
     return {"reports": handlers.fetch_metrics_once(runtime())}
 
 
-@_task(name="trainscaler.finish", **REDIS_RETRY)
+@_task(name="trainscaler.finish")
 def finish(job: Any = None) -> dict[str, Any]:
     rt = runtime()
     if not isinstance(job, str) or not job:
@@ -177,7 +190,7 @@ def finish(job: Any = None) -> dict[str, Any]:
     return handlers.finish_job(rt, job)
 
 
-@_task(name="trainscaler.sweep_leases", **REDIS_RETRY)
+@_task(name="trainscaler.sweep_leases")
 def sweep_leases() -> dict[str, Any]:
     rt = runtime()
     result = handlers.sweep_leases(rt)

@@ -235,8 +235,7 @@ def _flatten(job: ElasticJob) -> _Job:
         cpu=job.requests.cpu_milli,
         mem=job.requests.memory_mega,
         gpu_limit=job.limits.gpu,
-        # Extended resources: the request defaults to the limit.
-        gpu_need=max(job.requests.gpu, job.limits.gpu),
+        gpu_need=job.gpus_per_replica,
         planned=job.current_replicas,
     )
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from scheduler_core.models import ElasticJob, JobPhase, Reason, ScalingDecision, ScalingPlan
+from scheduler_core.models import Reason, ScalingDecision, ScalingPlan
 from scheduler_core.policies.base import LoadCap, PolicyInput, PolicyResult, PolicyState
 
 
@@ -38,7 +38,7 @@ class StaticPolicy:
         arrivals = _arrivals(request, state)
         cluster = request.cluster
         cap = int(cluster.gpu_total * params.max_load_desired)
-        in_use = sum(_gpus(job, job.current_replicas) for job in request.jobs if _running(job))
+        in_use = sum(job.gpus_at(job.current_replicas) for job in request.jobs if job.started)
         free = min(sum(cluster.nodes.nodes_gpu_free.values()), cap - in_use)
         decisions: list[ScalingDecision] = []
         order = sorted(request.jobs, key=lambda j: (arrivals[j.key], j.key))
@@ -49,19 +49,17 @@ class StaticPolicy:
                 "requested": wanted,
                 "free_gpus": free,
             }
-            if job.paused or _running(job):
+            if job.paused or job.started:
                 # Static: a started job keeps its size until it ends.
                 target, rule = job.current_replicas, "static.keep"
                 message = f"running with {job.current_replicas}: never resized"
-            elif _gpus(job, wanted) <= free:
+            elif job.gpus_at(wanted) <= free:
                 target, rule = wanted, "static.start"
                 message = f"starts with its {wanted} requested replicas ({free} GPUs free)"
-                free -= _gpus(job, wanted)
+                free -= job.gpus_at(wanted)
             else:
                 target, rule = 0, "static.wait"
-                message = (
-                    f"waits: needs {_gpus(job, wanted)} GPUs, {free} free (later jobs may backfill)"
-                )
+                message = f"waits: needs {job.gpus_at(wanted)} GPUs, {free} free (later jobs may backfill)"
             decisions.append(
                 ScalingDecision(
                     job=job.key,
@@ -75,15 +73,6 @@ class StaticPolicy:
 
     def forget(self, state: StaticState, job: str) -> StaticState:
         return StaticState(arrivals={k: v for k, v in state.arrivals.items() if k != job})
-
-
-def _running(job: ElasticJob) -> bool:
-    """Started: some replica runs (a job that only has pending replicas waits)."""
-    return job.phase == JobPhase.RUNNING and job.current_replicas > 0
-
-
-def _gpus(job: ElasticJob, replicas: int) -> int:
-    return replicas * max(job.requests.gpu, job.limits.gpu)
 
 
 def _arrivals(request: PolicyInput, state: StaticState) -> dict[str, float]:

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler_core.models import ElasticJob, JobPhase, Reason, ScalingDecision, ScalingPlan
+from scheduler_core.models import JobPhase, Reason, ScalingDecision, ScalingPlan
 from scheduler_core.policies.base import LoadCap, PolicyInput, PolicyResult, PolicyState
 
 HIGH_QUEUE, LOW_QUEUE = 0, 1
@@ -64,7 +64,7 @@ class TiresiasPolicy:
         for rank, job in enumerate(order):
             book = books[job.key]
             wanted = job.clamp(job.default_parallelism)
-            need = _gpus(job, wanted)
+            need = job.gpus_at(wanted)
             numbers: dict[str, float | int | str | None] = {
                 "rank": rank,
                 "queue": book.queue,
@@ -76,12 +76,12 @@ class TiresiasPolicy:
             placements: dict[str, int] = {}
             if job.paused:
                 target, rule, message = job.current_replicas, "tiresias.paused", "paused: untouched"
-                budget -= _gpus(job, job.current_replicas)
+                budget -= job.gpus_at(job.current_replicas)
             elif need <= budget:
                 target, rule = wanted, "tiresias.run"
                 message = f"queue {book.queue}, rank {rank}: runs with its {wanted} replicas"
                 budget -= need
-                if not _running(job):
+                if not job.started:
                     placements = _most_free_first(node_free, need)
             else:
                 target, rule = 0, "tiresias.wait"
@@ -89,7 +89,7 @@ class TiresiasPolicy:
                     f"queue {book.queue}, rank {rank}: needs {need} GPUs, {budget} left "
                     "after higher-priority jobs"
                 )
-                if _running(job):
+                if job.started:
                     rule, message = "tiresias.preempt", message + ": preempted"
             decisions.append(
                 ScalingDecision(
@@ -109,14 +109,6 @@ class TiresiasPolicy:
         return TiresiasState(
             jobs={k: v for k, v in state.jobs.items() if k != job}, last_now=state.last_now
         )
-
-
-def _running(job: ElasticJob) -> bool:
-    return job.phase == JobPhase.RUNNING and job.current_replicas > 0
-
-
-def _gpus(job: ElasticJob, replicas: int) -> int:
-    return replicas * max(job.requests.gpu, job.limits.gpu)
 
 
 def _account(

@@ -136,11 +136,12 @@ class Procs:
         queues: str = "control,events,cluster-writes",
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
+        pool: str = "solo",
     ) -> Proc:
         proc = self._spawn(
             name,
             [
-                "worker", "--pool", "solo", "--hostname", f"{name}@%h", "--loglevel", "info",
+                "worker", "--pool", pool, "--concurrency", "1", "--hostname", f"{name}@%h", "--loglevel", "info",
                 "--queues", queues, "--without-gossip", "--without-mingle", "--without-heartbeat",
             ],
             extra_env,

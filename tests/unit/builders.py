@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scheduler_core.models import DEFAULT_GPU_RESOURCE, ElasticJob, Resources
+from scheduler_core.models import (
+    DEFAULT_GPU_RESOURCE,
+    ClusterResource,
+    ElasticJob,
+    JobPhase,
+    NodeResources,
+    Resources,
+    ScalingDecision,
+    ScalingPlan,
+)
 
 Quantity = str | int | float
 
@@ -131,3 +140,33 @@ def job(name: str, **overrides: Any) -> ElasticJob:
     }
     fields.update(overrides)
     return ElasticJob(**fields)
+
+
+def decision_of(plan: ScalingPlan, key: str) -> ScalingDecision:
+    """The plan's decision for ``key``; fails the test when there is none."""
+    found = plan.for_job(key)
+    if found is None:
+        raise AssertionError(f"no decision for {key} in {plan.policy} plan")
+    return found
+
+
+def gpu_job(name: str, requested: int, current: int = 0, *, max_replicas: int = 64) -> ElasticJob:
+    """A one-GPU-per-replica job that asked for ``requested`` replicas; running iff it holds some."""
+    one_gpu = Resources(gpu=1)
+    return ElasticJob(
+        name=name,
+        min_replicas=1,
+        max_replicas=max_replicas,
+        default_parallelism=requested,
+        current_replicas=current,
+        phase=JobPhase.RUNNING if current else JobPhase.PENDING,
+        requests=one_gpu,
+        limits=one_gpu,
+    )
+
+
+def gpu_cluster(total: int, free: int) -> ClusterResource:
+    """A GPU cluster whose free GPUs all sit on one node (enough for gang-policy tests)."""
+    return ClusterResource(
+        node_count=1, gpu_total=total, nodes=NodeResources(nodes_gpu_free={"node-00": free})
+    )

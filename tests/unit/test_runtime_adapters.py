@@ -213,3 +213,31 @@ def test_a_redelivered_report_is_decided_once(rt: Runtime) -> None:
     assert replay_throughput([*reports, reports[2]]) == 4
     assert rt.store.cursor("default/d").last_target == 2
     assert rt.store.cursor("default/d").last_epoch == 2
+
+
+def test_dead_letters_cli_lists_and_purges(
+    rt: Runtime, server: EmbeddedRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from workers.commands import deadletters
+    from workers.settings import get_settings
+
+    rt.dead_letters.add(
+        task="trainscaler.submit", payload={"x": 1}, error="epochs: missing", at=1.0
+    )
+    monkeypatch.setenv("TRAINSCALER_REDIS_URL", server.url)
+    get_settings.cache_clear()
+    try:
+        app = typer.Typer()
+        deadletters.register(app)
+        runner = CliRunner()
+        listed = runner.invoke(app, ["dead-letters", "list", "--json"])
+        assert listed.exit_code == 0, listed.output
+        assert json.loads(listed.output.splitlines()[0])["error"] == "epochs: missing"
+        purged = runner.invoke(app, ["dead-letters", "purge", "--yes"])
+        assert purged.exit_code == 0 and "purged 1" in purged.output
+        assert rt.dead_letters.count() == 0
+    finally:
+        get_settings.cache_clear()

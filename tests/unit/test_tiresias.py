@@ -6,44 +6,21 @@ from scheduler_core.models import (
     ClusterResource,
     ElasticJob,
     EpochReport,
-    JobPhase,
     NodeResources,
-    Resources,
-    ScalingDecision,
-    ScalingPlan,
 )
 from scheduler_core.policies.base import PolicyInput
 from scheduler_core.policies.tiresias import TiresiasJob, TiresiasParams, TiresiasState
 from scheduler_core.registry import decide, load_state
+from tests.unit.builders import decision_of, gpu_cluster, gpu_job
 
-
-def decision_of(plan: ScalingPlan, key: str) -> ScalingDecision:
-    found = plan.for_job(key)
-    assert found is not None, key
-    return found
-
-
-GPU = Resources(gpu=1)
 PARAMS = TiresiasParams(max_load_desired=1.0)
 
 
 def job(name: str, requested: int, current: int = 0) -> ElasticJob:
-    return ElasticJob(
-        name=name,
-        min_replicas=1,
-        max_replicas=64,
-        default_parallelism=requested,
-        current_replicas=current,
-        phase=JobPhase.RUNNING if current else JobPhase.PENDING,
-        requests=GPU,
-        limits=GPU,
-    )
+    return gpu_job(name, requested, current, max_replicas=64)
 
 
-def cluster(total: int, free: int) -> ClusterResource:
-    return ClusterResource(
-        node_count=1, gpu_total=total, nodes=NodeResources(nodes_gpu_free={"node-00": free})
-    )
+cluster = gpu_cluster
 
 
 def test_demotion_exactly_at_the_threshold() -> None:

@@ -32,187 +32,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import redis
-from pydantic import BaseModel, ConfigDict
 from redis.lock import Lock
 
 from scheduler_core.models import (
-    ClusterResource,
     EpochReport,
     Resources,
     ScalingDecision,
-    ScalingPlan,
-    TrainRequest,
+)
+from workers.adapters import state_scripts as scripts
+from workers.adapters.state_records import (
+    AppliedTarget,
+    AutoscaleRun,
+    ConcurrentUpdateError,
+    DecisionRecord,
+    JobRecord,
+    PlanRecord,
+    Record,
+    Reservation,
+    ScheduleCursor,
+    ScheduleSnapshot,
+    ScheduleWrite,
 )
 
 T = TypeVar("T")
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class JobRecord(Record):
-    job: str
-    job_id: str
-    policy: str
-    request: TrainRequest | None = None
-    created_at: float = 0.0
-    finished_at: float | None = None
-
-
-class ScheduleCursor(Record):
-    last_seq: int = 0
-    last_target: int | None = None
-    last_epoch: int | None = None
-
-
-class DecisionRecord(Record):
-    generation: int
-    at: float
-    source: Literal["schedule", "autoscale"]
-    decision: ScalingDecision
-
-
-class AppliedTarget(Record):
-    generation: int
-    target: int
-    at: float
-    outcome: str
-
-
-class PlanRecord(Record):
-    run_id: int
-    at: float
-    owner: str
-    plan: ScalingPlan
-    cluster: ClusterResource
-    generations: dict[str, int] = {}
-    # Per-replica requests of every job the planner saw (schedule clamps with them).
-    requests: dict[str, Resources] = {}
-
-
-class AutoscaleRun(Record):
-    run_id: int
-    owner: str
-    started: float
-    finished: float
-    changes: int
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """Replicas granted out of the free capacity (``granted`` <= wanted)."""
-
-    granted: int
-    constrained: bool
-
-
-# New policy state, cursor, decision to record (or None), newest report seen (or None).
-ScheduleWrite = tuple[str, ScheduleCursor, DecisionRecord | None, EpochReport | None]
-
-
-@dataclass(frozen=True)
-class ScheduleSnapshot:
-    """One read of a job's schedule state, raw, so a write can compare against it."""
-
-    job: str
-    policy: str
-    state: str | None
-    cursor_raw: str | None
-    generation_raw: str | None
-
-    @property
-    def cursor(self) -> ScheduleCursor:
-        raw = self.cursor_raw
-        return ScheduleCursor.model_validate_json(raw) if raw else ScheduleCursor()
-
-    @property
-    def generation(self) -> int:
-        return int(self.generation_raw or 0)
-
-
-class ConcurrentUpdateError(Exception):
-    """Optimistic concurrency gave up after too many conflicting writers."""
-
-
-_RESERVE = r"""
-local key, wanted = KEYS[1], tonumber(ARGV[1])
-if redis.call('EXISTS', key) == 0 then return {wanted, 0} end
-local names = {'cpu_milli', 'memory_mega', 'gpu'}
-local granted = wanted
-for i, name in ipairs(names) do
-  local need = tonumber(ARGV[i + 1])
-  if need > 0 then
-    local free = tonumber(redis.call('HGET', key, name) or '0')
-    granted = math.min(granted, math.max(0, math.floor(free / need)))
-  end
-end
-for i, name in ipairs(names) do
-  local need = tonumber(ARGV[i + 1])
-  if need > 0 and granted > 0 then redis.call('HINCRBY', key, name, -granted * need) end
-end
-local constrained = 0
-if granted < wanted then constrained = 1 end
-return {granted, constrained}
-"""
-
-
-_COMPARE_AND_SET = r"""
-local function unchanged(key, expected)
-  local value = redis.call('GET', key)
-  if not value then value = '' end
-  return value == expected
-end
-if not (unchanged(KEYS[1], ARGV[1]) and unchanged(KEYS[2], ARGV[2])
-        and unchanged(KEYS[3], ARGV[3])) then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[4])
-redis.call('SET', KEYS[2], ARGV[5])
-if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6]) end
-if ARGV[7] ~= '' then
-  redis.call('LPUSH', KEYS[4], ARGV[7])
-  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[8]) - 1)
-end
-redis.call('SADD', KEYS[6], ARGV[9])
-if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
-return 1
-"""
-
-
-_BEGIN_SCALES = r"""
-local out = {}
-for i = 1, #KEYS, 3 do
-  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    table.insert(out, 1)
-    table.insert(out, redis.call('GET', KEYS[i + 1]) or '')
-    table.insert(out, redis.call('GET', KEYS[i + 2]) or '')
-  else
-    table.insert(out, 0)
-    table.insert(out, '')
-    table.insert(out, '')
-  end
-end
-return out
-"""
-
-# Only while the lock is still ours: after a TTL expiry another worker may be
-# applying a newer generation, and an older record must not overwrite it.
-_FINISH_SCALES = r"""
-for i = 1, #KEYS, 2 do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    local applied = ARGV[(i + 1) / 2 + 1]
-    if applied ~= '' then redis.call('SET', KEYS[i + 1], applied) end
-    redis.call('DEL', KEYS[i])
-  end
-end
-return 1
-"""
 
 
 class StateStore:
@@ -224,10 +69,10 @@ class StateStore:
         self.redis = client
         self.prefix = prefix
         self.history = history
-        self._reserve = client.register_script(_RESERVE)
-        self._compare_and_set = client.register_script(_COMPARE_AND_SET)
-        self._begin_scales = client.register_script(_BEGIN_SCALES)
-        self._finish_scales = client.register_script(_FINISH_SCALES)
+        self._reserve = client.register_script(scripts.RESERVE)
+        self._compare_and_set = client.register_script(scripts.COMPARE_AND_SET)
+        self._begin_scales = client.register_script(scripts.BEGIN_SCALES)
+        self._finish_scales = client.register_script(scripts.FINISH_SCALES)
 
     def key(self, suffix: str) -> str:
         return f"{self.prefix}{suffix}"
@@ -595,3 +440,19 @@ def _opt_text(value: Any) -> str | None:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+__all__ = [
+    "AppliedTarget",
+    "AutoscaleRun",
+    "ConcurrentUpdateError",
+    "DecisionRecord",
+    "JobRecord",
+    "PlanRecord",
+    "Record",
+    "Reservation",
+    "ScheduleCursor",
+    "ScheduleSnapshot",
+    "ScheduleWrite",
+    "StateStore",
+]

@@ -1,0 +1,77 @@
+"""The Lua scripts of ``state_store``: each runs atomically inside Redis."""
+
+from __future__ import annotations
+
+RESERVE = r"""
+local key, wanted = KEYS[1], tonumber(ARGV[1])
+if redis.call('EXISTS', key) == 0 then return {wanted, 0} end
+local names = {'cpu_milli', 'memory_mega', 'gpu'}
+local granted = wanted
+for i, name in ipairs(names) do
+  local need = tonumber(ARGV[i + 1])
+  if need > 0 then
+    local free = tonumber(redis.call('HGET', key, name) or '0')
+    granted = math.min(granted, math.max(0, math.floor(free / need)))
+  end
+end
+for i, name in ipairs(names) do
+  local need = tonumber(ARGV[i + 1])
+  if need > 0 and granted > 0 then redis.call('HINCRBY', key, name, -granted * need) end
+end
+local constrained = 0
+if granted < wanted then constrained = 1 end
+return {granted, constrained}
+"""
+
+
+COMPARE_AND_SET = r"""
+local function unchanged(key, expected)
+  local value = redis.call('GET', key)
+  if not value then value = '' end
+  return value == expected
+end
+if not (unchanged(KEYS[1], ARGV[1]) and unchanged(KEYS[2], ARGV[2])
+        and unchanged(KEYS[3], ARGV[3])) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], ARGV[5])
+if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6]) end
+if ARGV[7] ~= '' then
+  redis.call('LPUSH', KEYS[4], ARGV[7])
+  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[8]) - 1)
+end
+redis.call('SADD', KEYS[6], ARGV[9])
+if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
+return 1
+"""
+
+
+BEGIN_SCALES = r"""
+local out = {}
+for i = 1, #KEYS, 3 do
+  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    table.insert(out, 1)
+    table.insert(out, redis.call('GET', KEYS[i + 1]) or '')
+    table.insert(out, redis.call('GET', KEYS[i + 2]) or '')
+  else
+    table.insert(out, 0)
+    table.insert(out, '')
+    table.insert(out, '')
+  end
+end
+return out
+"""
+
+# Only while the lock is still ours: after a TTL expiry another worker may be
+# applying a newer generation, and an older record must not overwrite it.
+FINISH_SCALES = r"""
+for i = 1, #KEYS, 2 do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    local applied = ARGV[(i + 1) / 2 + 1]
+    if applied ~= '' then redis.call('SET', KEYS[i + 1], applied) end
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+"""
