@@ -17,6 +17,9 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
+# Kubernetes: a namespace is an RFC 1123 DNS label.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
 
 class Frozen(BaseModel):
     """Base of every core model: immutable, no unknown fields."""
@@ -145,7 +148,7 @@ class TrainRequest(Frozen):
     function_name: str = Field(default="", max_length=253)
     options: TrainOptions = TrainOptions()
     # trainscaler additions: where the job runs and its replica bounds.
-    namespace: str = "default"
+    namespace: str = Field(default="default", pattern=DNS_LABEL, max_length=63)
     min_replicas: Annotated[int, Field(ge=1)] = 1
     max_replicas: Annotated[int, Field(ge=1)] = 8
     ps_url: str | None = None

@@ -32,12 +32,25 @@ class ReplicaScaler(Protocol):
 
     Returns the replica count in force afterwards. Raises
     ``TransientScaleError`` for failures worth retrying and
-    ``PermanentScaleError`` for the rest.
+    ``PermanentScaleError`` for the rest. ``policy``, ``rule`` and
+    ``limited_by`` name what decided (the decision's reason); an adapter may
+    record them (ElasticJob ``status.lastDecision``) or ignore them. Calling
+    it with the count already in force must be harmless: it confirms (and may
+    repair what the adapter records), it changes nothing.
     """
 
     def current_replicas(self, job: str) -> int: ...
 
-    def scale(self, job: str, replicas: int, *, reason: str) -> int: ...
+    def scale(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        reason: str,
+        policy: str | None = None,
+        rule: str | None = None,
+        limited_by: str | None = None,
+    ) -> int: ...
 
 
 class QueueStore(Protocol):

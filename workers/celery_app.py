@@ -14,10 +14,13 @@ workers beat`` (RedBeat scheduler, set here), ``celery -A workers flower``.
 
 from __future__ import annotations
 
-from celery import Celery
+from typing import Any
+
+from celery import Celery, signals
 from kombu import Queue  # type: ignore[attr-defined]
 
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
+from workers.observability.logs import configure_logging
 from workers.settings import Settings, get_settings
 from workers.wiring import redis_ssl_options
 
@@ -99,6 +102,16 @@ def create_app(settings: Settings) -> Celery:
         beat_max_loop_interval=max(1, int(min(settings.autoscale_interval, 5))),
     )
     return app
+
+
+def _configure_logging(**_: Any) -> None:
+    # A receiver of setup_logging replaces Celery's own logging setup (worker and
+    # beat alike): every process logs in the one shape Settings.log_format picks.
+    configure_logging(get_settings())
+
+
+# Connected without the (untyped) decorator form; weak=False: a module function lives on.
+signals.setup_logging.connect(_configure_logging, weak=False)
 
 
 app = create_app(get_settings())

@@ -36,11 +36,18 @@ class ScaleCommand(BaseModel):
     generation: int
     reason: Reason
     source: Literal["schedule", "autoscale"]
+    # The policy that decided (the scaler records it with the rule); None from old payloads.
+    policy: str | None = None
     # Retries so far (exponential backoff with jitter between them).
     attempt: int = Field(default=0, ge=0)
 
     def reason_text(self) -> str:
         return f"gen {self.generation} {self.reason.rule}: {self.reason.message}"
+
+    def limited_by(self) -> str | None:
+        """What limited the target, from the planner's reason numbers (None: nothing)."""
+        value = self.reason.numbers.get("limited_by")
+        return None if value is None else str(value)
 
 
 SendScale = Callable[[ScaleCommand], None]
@@ -49,7 +56,7 @@ SendScales = Callable[[list[ScaleCommand]], None]
 SCALE_BATCH = 50
 
 
-def command_for(record: DecisionRecord) -> ScaleCommand:
+def command_for(record: DecisionRecord, *, policy: str | None = None) -> ScaleCommand:
     decision = record.decision
     return ScaleCommand(
         job=decision.job,
@@ -57,6 +64,7 @@ def command_for(record: DecisionRecord) -> ScaleCommand:
         generation=record.generation,
         reason=decision.reason,
         source=record.source,
+        policy=policy,
     )
 
 
@@ -145,10 +153,21 @@ def _apply_locked(
     if applied is not None and applied.generation >= command.generation:
         return f"already applied (generation {applied.generation})", None
     current = rt.scaler.current_replicas(command.job)
+    # Called even when the target is already in force: a retry after a write that
+    # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
+    # PUT did not) must still repair what the scaler records. The port makes a
+    # call with the count in force a confirmation, not a second change.
+    rt.scaler.scale(
+        command.job,
+        command.target,
+        reason=command.reason_text(),
+        policy=command.policy,
+        rule=command.reason.rule,
+        limited_by=command.limited_by(),
+    )
     if current == command.target:
         outcome = "already at target"
     else:
-        rt.scaler.scale(command.job, command.target, reason=command.reason_text())
         outcome = f"scaled {current} -> {command.target}"
     record = AppliedTarget(
         generation=command.generation, target=command.target, at=rt.clock.now(), outcome=outcome
@@ -189,6 +208,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
             params=_cluster_params(policy, settings.max_load_desired),
         )
         plan: ScalingPlan = result.plan
+        rt.metrics.record_plan(plan)
         generations: dict[str, int] = {}
         at = rt.clock.now()
         for decision in plan.changes:
@@ -201,6 +221,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
                     generation=generation,
                     reason=decision.reason,
                     source="autoscale",
+                    policy=policy,
                 )
             )
         record = PlanRecord(
@@ -230,6 +251,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
                 note=note,
             )
         )
+        rt.metrics.record_autoscale_round(rt.clock.now() - started)
         _release(lock)
     return {"ran": True, "run_id": run_id, "changes": len(changes)}
 

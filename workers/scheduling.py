@@ -4,6 +4,14 @@ Pops items (train queue first) a chunk at a time, runs each job's policy with
 its state from Redis, clamps growth to the room the newest cluster plan
 leaves, records each decision with its reason and generation (one
 compare-and-set per job), sends the chunk's scale commands, then acks.
+
+Only jobs a per-job policy drives are decided here: those submitted through
+``submit`` (their record names a policy other than the cluster policy), and
+report-only jobs the cluster planner does not know. An ElasticJob the cluster
+policy (EDL) manages, i.e. one with a cluster-policy record or one without a
+record that the newest plan saw, has its reports kept (newest report, for
+``GET /jobs/{id}``) and decided on by nobody here: ``autoscale`` owns its
+target, and a per-report decision would fight it.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class _Outcome:
     released: int = 0
     per_replica: Resources = field(default_factory=Resources)
     newest_report: EpochReport | None = None
+    policy: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,8 +91,12 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
                 continue
             if outcome.kind == "decided":
                 decisions += 1
+                if outcome.record is not None:
+                    rt.metrics.record_decision(
+                        policy=outcome.policy, direction=outcome.record.decision.direction
+                    )
             if outcome.changed and outcome.record is not None:
-                commands.append(command_for(outcome.record))
+                commands.append(command_for(outcome.record, policy=outcome.policy))
             elif outcome.kind == "nothing_new":
                 unsent = _unappliedcommand_for(rt, delivery.item_id)
                 if unsent is not None:
@@ -108,6 +121,8 @@ class _Context:
     per_replica: Resources
     admission: bool
     skip: bool
+    # Reports are kept but no policy runs: the cluster policy owns this job's target.
+    report_only: bool = False
 
 
 def _schedule_chunk(
@@ -145,15 +160,25 @@ def _context(
     rt: Runtime, delivery: Delivery, record: JobRecord | None, requests: dict[str, Resources]
 ) -> _Context:
     admission = delivery.queue == WAIT
+    cluster_policy = rt.settings.cluster_policy
+    if record is not None:
+        policy = record.policy
+        report_only = policy == cluster_policy
+    else:
+        # No submission: a job the planner saw is an ElasticJob it manages (EDL);
+        # one it never saw is a report-only job (KubeML UpdateTask without CreateTask).
+        report_only = delivery.item_id in requests
+        policy = cluster_policy if report_only else rt.settings.job_policy
     return _Context(
         delivery=delivery,
         job=delivery.item_id,
-        policy=record.policy if record is not None else rt.settings.job_policy,
+        policy=policy,
         elastic=_elastic_job(record),
         per_replica=requests.get(delivery.item_id, Resources()),
         admission=admission,
         # A submission whose job is gone or finished has nothing left to admit.
         skip=admission and (record is None or record.finished_at is not None),
+        report_only=report_only and not admission,
     )
 
 
@@ -191,6 +216,8 @@ def _compute(
     if not fresh:
         return _Outcome(kind="nothing_new")
     now = rt.clock.now()
+    if context.report_only:
+        return _keep_reports(rt, context, fresh, state_raw, cursor)
     if context.admission:
         reports: tuple[EpochReport, ...] = (EpochReport(job=job, replicas=0, at=now),)
     else:
@@ -212,7 +239,11 @@ def _compute(
         )
     previous = cursor.last_target if cursor.last_target is not None else decision.current
     outcome = _Outcome(
-        kind="decided", new_state=new_state, per_replica=context.per_replica, newest_report=newest
+        kind="decided",
+        new_state=new_state,
+        per_replica=context.per_replica,
+        newest_report=newest,
+        policy=policy,
     )
     if decision.target > previous:
         decision = _clamp_to_capacity(rt, decision, previous, context.per_replica, outcome)
@@ -231,6 +262,24 @@ def _compute(
         last_seq=last_seq, last_target=decision.target, last_epoch=last_epoch
     )
     return outcome
+
+
+def _keep_reports(
+    rt: Runtime, context: _Context, fresh: list[Any], state_raw: str | None, cursor: ScheduleCursor
+) -> _Outcome:
+    """A cluster-managed job's reports: kept as its newest observation, decided on by nobody."""
+    reports = _in_epoch_order(_reports(rt, fresh), after=cursor.last_epoch)
+    last_epoch = max((r.epoch for r in reports if r.epoch is not None), default=cursor.last_epoch)
+    cursor = cursor.model_copy(
+        update={"last_seq": max(e.seq for e in fresh), "last_epoch": last_epoch}
+    )
+    return _Outcome(
+        kind="no_decision",
+        new_state=state_raw or "",
+        cursor=cursor,
+        newest_report=reports[-1] if reports else None,
+        policy=context.policy,
+    )
 
 
 def _undo(rt: Runtime, outcome: _Outcome, *, kind: Any) -> _Outcome:
@@ -320,4 +369,11 @@ def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:
         return None
     decisions = rt.store.decisions(job, limit=20)
     newest = next((d for d in decisions if d.generation == generation), None)
-    return command_for(newest) if newest is not None else None
+    if newest is None:
+        return None
+    record = rt.store.get_job(job) if newest.source == "schedule" else None
+    if newest.source == "autoscale":
+        policy = rt.settings.cluster_policy
+    else:
+        policy = record.policy if record is not None else rt.settings.job_policy
+    return command_for(newest, policy=policy)

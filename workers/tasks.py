@@ -25,6 +25,7 @@ from workers import handlers
 from workers.adapters.redis_queue import QueueFullError
 from workers.celery_app import app
 from workers.deadletters import validation_message
+from workers.observability.metrics import scale_result
 from workers.settings import get_settings
 from workers.wiring import Runtime
 
@@ -143,7 +144,11 @@ def scale(commands: Any = None) -> dict[str, Any]:
             )
     # Redis errors are not caught per command: Celery retries the whole (idempotent) task.
     for result in handlers.apply_scales(rt, valid):
-        outcomes.append(result.outcome if result.error is None else _failed(rt, result))
+        if result.error is None:
+            rt.metrics.record_scale(scale_result(result.outcome))
+            outcomes.append(result.outcome)
+        else:
+            outcomes.append(_failed(rt, result))
     return {"outcomes": outcomes}
 
 
@@ -151,13 +156,16 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> str:
     command, error = result.command, result.error
     payload = command.model_dump(mode="json")
     if isinstance(error, PermanentScaleError):
+        rt.metrics.record_scale("permanent_error")
         _reject(rt, "trainscaler.scale", payload, f"permanent: {error}")
         return "dead-lettered"
     if command.attempt >= rt.settings.scale_max_retries:
+        rt.metrics.record_scale("gave_up")
         _reject(
             rt, "trainscaler.scale", payload, f"gave up after {command.attempt} retries: {error}"
         )
         return "dead-lettered"
+    rt.metrics.record_scale("transient_error")
     delay = _backoff(rt, command.attempt)
     retry = command.model_copy(update={"attempt": command.attempt + 1})
     # Only this command is retried, on its own, after the backoff (and re-reads first).

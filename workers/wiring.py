@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import ssl
 import time
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -24,6 +25,7 @@ from workers.adapters.redis_queue import RedisSchedulerQueue
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
 from workers.deadletters import DeadLetters
+from workers.observability.metrics import MetricsRecorder
 from workers.settings import Settings
 
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
@@ -58,11 +60,28 @@ def build_redis(settings: Settings) -> redis.Redis:
     )
 
 
-def build_scaler(settings: Settings, *, client: redis.Redis, clock: Clock) -> ReplicaScaler:
+def _kube_observer(metrics: MetricsRecorder | None) -> Callable[[str, int | str], None] | None:
+    """Counts every Kubernetes API request by verb and answer (``/metrics``)."""
+    if metrics is None:
+        return None
+
+    def observe(verb: str, code: int | str) -> None:
+        metrics.record_kube_request(verb=verb, code=code)
+
+    return observe
+
+
+def build_scaler(
+    settings: Settings,
+    *,
+    client: redis.Redis,
+    clock: Clock,
+    metrics: MetricsRecorder | None = None,
+) -> ReplicaScaler:
     """The replica scaler port: Kubernetes scale subresource, or the recording one."""
     if settings.scaler == "kubernetes":
         kubernetes = importlib.import_module("workers.adapters.kubernetes")
-        scaler: ReplicaScaler = kubernetes.build_scaler(settings)
+        scaler: ReplicaScaler = kubernetes.build_scaler(settings, observe=_kube_observer(metrics))
         return scaler
     faults = FaultInjector(
         client, prefix=settings.redis_key_prefix, enabled=settings.fault_injection
@@ -70,11 +89,15 @@ def build_scaler(settings: Settings, *, client: redis.Redis, clock: Clock) -> Re
     return RecordingScaler(client, prefix=settings.redis_key_prefix, clock=clock, faults=faults)
 
 
-def build_cluster_reader(settings: Settings, *, client: redis.Redis) -> ClusterReader:
+def build_cluster_reader(
+    settings: Settings, *, client: redis.Redis, metrics: MetricsRecorder | None = None
+) -> ClusterReader:
     """The cluster reader port: Kubernetes, or the static description in Redis."""
     if settings.scaler == "kubernetes":
         kubernetes = importlib.import_module("workers.adapters.kubernetes")
-        reader: ClusterReader = kubernetes.build_cluster_reader(settings)
+        reader: ClusterReader = kubernetes.build_cluster_reader(
+            settings, observe=_kube_observer(metrics)
+        )
         return reader
     return StaticClusterReader(client, prefix=settings.redis_key_prefix)
 
@@ -127,6 +150,10 @@ class Runtime:
         )
 
     @cached_property
+    def metrics(self) -> MetricsRecorder:
+        return MetricsRecorder(self.redis, prefix=self.settings.redis_key_prefix)
+
+    @cached_property
     def faults(self) -> FaultInjector:
         return FaultInjector(
             self.redis, prefix=self.settings.redis_key_prefix, enabled=self.settings.fault_injection
@@ -136,12 +163,13 @@ class Runtime:
     def scaler(self) -> ReplicaScaler:
         # KubeML parameter-server mode: a job with a ps_url is scaled through its server.
         return with_parameter_servers(
-            build_scaler(self.settings, client=self.redis, clock=self.clock), store=self.store
+            build_scaler(self.settings, client=self.redis, clock=self.clock, metrics=self.metrics),
+            store=self.store,
         )
 
     @cached_property
     def cluster_reader(self) -> ClusterReader:
-        return build_cluster_reader(self.settings, client=self.redis)
+        return build_cluster_reader(self.settings, client=self.redis, metrics=self.metrics)
 
     @cached_property
     def metrics_source(self) -> MetricsSource:

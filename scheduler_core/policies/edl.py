@@ -21,15 +21,17 @@ Fixed here, each marked ``fix:`` where it is implemented:
 
 The planner is fast because most work is skipped, never changed: once a job
 fails to grow, it cannot grow later in the same plan unless a shrink freed
-capacity, so only jobs that grew in the last round are revisited
-(``bench/planner.py`` checks the plans against a literal port of the
-reference loop).
+capacity, so only jobs that grew in the last round are revisited. Each
+replica's node comes from ``scheduler_core.node_index`` (nodes with identical
+free room form one class, so best fit is a bisect over the few distinct
+rooms), and the grow walk keeps the cluster totals in locals. The plans are
+the reference loop's exactly: ``bench/planner.py`` and the unit tests check
+them, targets and placements, against a literal port of it.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar
@@ -38,10 +40,9 @@ from scheduler_core.models import (
     ClusterResource,
     ElasticJob,
     JobPhase,
-    Reason,
-    ScalingDecision,
     ScalingPlan,
 )
+from scheduler_core.node_index import NodeIndex
 from scheduler_core.policies.base import EmptyState, LoadCap, PolicyInput, PolicyResult
 
 # Why a job could not grow, in the order the checks run.
@@ -70,16 +71,16 @@ class _Job:
     gpu_limit: int
     gpu_need: int
     planned: int = 0
-    ups: int = 0
-    downs: int = 0
+    span: int = 0
     blocked: str | None = None
     down_rules: list[str] = field(default_factory=list)
     placements: dict[str, int] = field(default_factory=dict)
 
-    order: tuple[float, int, int, int, str] = (0.0, 0, 0, 0, "")
+    order: tuple[float, tuple[int, int, int, str]] = (0.0, (0, 0, 0, ""))
     ties: tuple[int, int, int, str] = (0, 0, 0, "")
 
     def __post_init__(self) -> None:
+        self.span = self.max - self.min
         self.ties = (self.gpu_limit, self.cpu, self.mem, self.key)
         self.refresh_order()
 
@@ -88,9 +89,8 @@ class _Job:
 
         fix: EDL compared a job's memory request with its own; compare both jobs.
         """
-        span = self.max - self.min
-        fulfillment = 1.0 if span == 0 else (self.planned - self.min) / span
-        self.order = (fulfillment, *self.ties)
+        span = self.span
+        self.order = ((self.planned - self.min) / span if span else 1.0, self.ties)
 
 
 @dataclass(slots=True)
@@ -142,53 +142,6 @@ class _Totals:
         self.gpu_limit += job.gpu_limit * replicas
 
 
-class _NodeIndex:
-    """Free room per node, answering best-fit queries without scanning every node.
-
-    Best fit = the fitting node with the smallest (free GPUs, idle CPU, free
-    memory, name): GPU nodes are kept for GPU jobs, and the choice never
-    depends on input order. Nodes are grouped by free GPUs; within a group
-    they are sorted by (CPU, memory, name) so a query bisects to the first
-    node with enough CPU.
-    """
-
-    def __init__(self, cluster: ClusterResource) -> None:
-        room = cluster.nodes
-        self._levels: dict[int, list[tuple[int, int, str]]] = {}
-        for name, cpu in room.nodes_cpu_idle_milli.items():
-            gpu = room.nodes_gpu_free.get(name, 0)
-            member = (cpu, room.nodes_memory_free_mega.get(name, 0), name)
-            self._levels.setdefault(gpu, []).append(member)
-        for members in self._levels.values():
-            members.sort()
-        self._level_keys = sorted(self._levels)
-
-    def claim(self, cpu: int, mem: int, gpu: int) -> str | None:
-        """Take room for one replica on the best-fit node; None when no node fits."""
-        keys = self._level_keys
-        for position in range(bisect_left(keys, gpu), len(keys)):
-            level = keys[position]
-            members = self._levels[level]
-            for index in range(bisect_left(members, (cpu,)), len(members)):
-                node_cpu, node_mem, name = members[index]
-                if node_mem >= mem:
-                    self._move(level, index, (node_cpu - cpu, node_mem - mem, name), level - gpu)
-                    return name
-        return None
-
-    def _move(self, level: int, index: int, member: tuple[int, int, str], new_level: int) -> None:
-        members = self._levels[level]
-        del members[index]
-        if not members:
-            del self._levels[level]
-            del self._level_keys[bisect_left(self._level_keys, level)]
-        target = self._levels.get(new_level)
-        if target is None:
-            target = self._levels[new_level] = []
-            insort(self._level_keys, new_level)
-        insort(target, member)
-
-
 _ORDER = attrgetter("order")
 _KEY = attrgetter("key")
 
@@ -221,9 +174,11 @@ class EdlPolicy:
         chosen = candidates(request.jobs)
         work = [_flatten(job) for job in chosen]
         totals = _totals(request.cluster, params.max_load_desired)
-        _plan_rounds(work, totals, _NodeIndex(request.cluster))
-        decisions = tuple(_decision(flat, totals) for flat in sorted(work, key=_KEY))
-        return PolicyResult(plan=ScalingPlan(policy=self.name, decisions=decisions), state=state)
+        _plan_rounds(work, totals, NodeIndex(request.cluster))
+        decisions = [_decision(flat, totals) for flat in sorted(work, key=_KEY)]
+        # One validation for the whole plan: cheaper than one model per decision.
+        plan = ScalingPlan.model_validate({"policy": self.name, "decisions": decisions})
+        return PolicyResult(plan=plan, state=state)
 
 
 def _flatten(job: ElasticJob) -> _Job:
@@ -252,7 +207,7 @@ def _totals(cluster: ClusterResource, max_load_desired: float) -> _Totals:
     )
 
 
-def _plan_rounds(work: list[_Job], totals: _Totals, nodes: _NodeIndex) -> None:
+def _plan_rounds(work: list[_Job], totals: _Totals, nodes: NodeIndex) -> None:
     """EDL ``scaleAllJobsDryRun``: rounds of grow-then-shrink until nothing changes."""
     active = work
     while active:
@@ -276,56 +231,59 @@ def _plan_rounds(work: list[_Job], totals: _Totals, nodes: _NodeIndex) -> None:
         active = work if freed else grew
 
 
-def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: _NodeIndex) -> tuple[list[_Job], bool]:
-    """One grow walk, least fulfilled first: the jobs that grew, and whether any shrank."""
+def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[list[_Job], bool]:
+    """One grow walk, least fulfilled first (EDL ``scaleDryRun`` scale-up branch for
+    each job): the jobs that grew, and whether any shrank."""
     grew: list[_Job] = []
     freed = False
+    claim = nodes.claim
+    # The totals live in locals for the walk (the hot loop of the planner) and are
+    # written back before anything else reads them.
+    cluster_cpu, cluster_mem, cluster_gpu = totals.cpu_request, totals.mem_request, totals.gpu_limit
+    cpu_cap, mem_cap, gpu_cap = totals.cpu_cap, totals.mem_cap, totals.gpu_cap
+    mem_total = totals.mem_total
     for job in ordered:
-        additional = _try_grow(job, totals, nodes)
-        if additional > 0:
+        if job.planned >= job.max:
+            # EDL: at or over max, go straight to max without looking at resources.
+            job.blocked = AT_MAX
+            additional = job.max - job.planned
+            if additional:
+                # A shrink: lowers the totals, frees no node room (see _apply).
+                job.down_rules.append("over_max")
+                job.planned += additional
+                job.refresh_order()
+                cluster_cpu += job.cpu * additional
+                cluster_mem += job.mem * additional
+                cluster_gpu += job.gpu_limit * additional
+                freed = True
+            continue
+        cpu, mem, gpu = job.cpu, job.mem, job.gpu_limit
+        if mem_total - cluster_mem <= mem:
+            job.blocked = MEMORY_FREE  # EDL: free memory must exceed one replica's request.
+        elif mem > 0 and cluster_mem + mem > mem_cap:
+            job.blocked = MEMORY_CAP  # fix: the same cap as the shrink rule.
+        # The cap checks come before the node search here (EDL searched first): all
+        # must pass, so the order changes only which limit the reason names.
+        elif cpu > 0 and cluster_cpu + cpu > cpu_cap:
+            job.blocked = CPU_CAP  # EDL: never grow CPU requests past the load cap.
+        elif gpu > 0 and cluster_gpu + gpu > gpu_cap:
+            job.blocked = GPU_CAP  # fix: GPUs obey the same cap as the shrink rule.
+        else:
+            node = claim(cpu, mem, job.gpu_need)
+            if node is None:
+                job.blocked = NO_NODE_FITS  # fix: a node must fit CPU, memory and GPU.
+                continue
+            placements = job.placements
+            placements[node] = placements.get(node, 0) + 1
+            job.blocked = None
+            job.planned += 1
+            job.refresh_order()
+            cluster_cpu += cpu
+            cluster_mem += mem
+            cluster_gpu += gpu
             grew.append(job)
-        elif additional < 0:
-            freed = True
+    totals.cpu_request, totals.mem_request, totals.gpu_limit = cluster_cpu, cluster_mem, cluster_gpu
     return grew, freed
-
-
-def _try_grow(job: _Job, totals: _Totals, nodes: _NodeIndex) -> int:
-    """EDL ``scaleDryRun`` scale-up branch; returns the replicas added (may be < 0)."""
-    if job.planned >= job.max:
-        # EDL: at or over max, go straight to max without looking at resources.
-        additional = job.max - job.planned
-        job.blocked = AT_MAX
-        if additional:
-            job.down_rules.append("over_max")
-            _apply(job, additional, totals)
-        return additional
-    if totals.mem_total - totals.mem_request <= job.mem:
-        job.blocked = MEMORY_FREE  # EDL: free memory must exceed one replica's request.
-        return 0
-    if job.mem > 0 and totals.mem_request + job.mem > totals.mem_cap:
-        job.blocked = MEMORY_CAP  # fix: the same cap as the shrink rule.
-        return 0
-    # The cap checks come before the node search here (EDL searched first): all
-    # must pass, so the order changes only which limit the reason names.
-    if job.cpu > 0 and totals.cpu_request + job.cpu > totals.cpu_cap:
-        job.blocked = CPU_CAP  # EDL: never grow CPU requests past the load cap.
-        return 0
-    if job.gpu_limit > 0 and totals.gpu_limit + job.gpu_limit > totals.gpu_cap:
-        job.blocked = GPU_CAP  # fix: GPUs obey the same cap as the shrink rule.
-        return 0
-    node = nodes.claim(job.cpu, job.mem, job.gpu_need)
-    if node is None:
-        job.blocked = NO_NODE_FITS  # fix: a node must fit CPU, memory and GPU.
-        return 0
-    job.placements[node] = job.placements.get(node, 0) + 1
-    job.ups += 1
-    job.blocked = None
-    job.planned += 1
-    job.refresh_order()
-    totals.cpu_request += job.cpu
-    totals.mem_request += job.mem
-    totals.gpu_limit += job.gpu_limit
-    return 1
 
 
 def _try_shrink(job: _Job, totals: _Totals) -> bool:
@@ -338,7 +296,6 @@ def _try_shrink(job: _Job, totals: _Totals) -> bool:
         if resource is None or job.planned <= job.min:
             return False
         job.down_rules.append(resource)
-    job.downs += 1
     _apply(job, -1, totals)
     return True
 
@@ -351,7 +308,8 @@ def _apply(job: _Job, additional: int, totals: _Totals) -> None:
     totals.add(job, additional)
 
 
-def _decision(flat: _Job, totals: _Totals) -> ScalingDecision:
+def _decision(flat: _Job, totals: _Totals) -> dict[str, object]:
+    """A ``ScalingDecision``'s fields, validated with the whole plan."""
     limited_by = flat.blocked if flat.planned < flat.max else AT_MAX
     numbers: dict[str, float | int | str | None] = {
         "fulfillment_before": _fulfillment(flat, flat.current),
@@ -377,13 +335,13 @@ def _decision(flat: _Job, totals: _Totals) -> ScalingDecision:
     if limited_by is not None and limited_by != AT_MAX:
         message += f"; cannot grow: {_BLOCKED_TEXT[limited_by]}"
         numbers.update(totals.numbers(limited_by))
-    return ScalingDecision(
-        job=flat.key,
-        current=flat.current,
-        target=flat.planned,
-        reason=Reason(rule=rule, message=message, numbers=numbers),
-        placements=flat.placements,
-    )
+    return {
+        "job": flat.key,
+        "current": flat.current,
+        "target": flat.planned,
+        "reason": {"rule": rule, "message": message, "numbers": numbers},
+        "placements": flat.placements,
+    }
 
 
 def _fulfillment(flat: _Job, replicas: int) -> float:

@@ -27,8 +27,8 @@ step by step in one test because each step starts where the last one ended:
 5. ``paused: true`` freezes bravo while charlie's deletion lets alpha grow
    to its max 8; unpaused, bravo grows to 6 (8 + 6 = 14).
 
-A second test pins a runtime bug (strict xfail): a scale whose ElasticJob
-status write failed never gets its status written.
+A second test: a scale whose ElasticJob status write failed (500) still gets
+its status written, by the retry that finds the target already in force.
 
 Every wait polls with a timeout. The test reads objects from the server's
 store in process, so its own checks are not in the request counts.
@@ -270,30 +270,29 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "runtime bug: workers/handlers.py apply_scale() skips the scaler when the target "
-        "already has the wanted replicas, so a scale whose ElasticJob /status write failed "
-        "(500) is retried as 'already at target' and its status is never written"
-    ),
-)
 def test_status_is_written_after_a_failed_status_write(kube_cluster, kube_e2e_factory) -> None:
     cluster: KubeCluster = kube_cluster
     echo = JobShape("echo", 1, 2, cpu="1", memory="1Gi", gpus=1)
     cluster.create_job(echo)
     wait_for(lambda: cluster.settled({"echo": 1}), timeout=SETTLE, what="echo running at min")
-    # Every status write fails until the scale has been applied; the Scale PUT succeeds.
+    # Every status write fails while the Scale PUT goes through; the retries (which
+    # find the target already at 2) must write the status once the faults stop.
     cluster.server.inject_faults(
         verb="update", resource="elasticjobs/status", rate=1.0, codes=(500,)
     )
     e2e: KubeE2E = kube_e2e_factory(interval=INTERVAL, load=LOAD)
     try:
         wait_settled(e2e, {"echo": 2}, what="echo grown to 2")
-        wait_for(lambda: e2e.store.applied("ml/echo"), timeout=SETTLE, what="scale applied")
+        # The first attempt's status write and a retry's, both failed.
+        wait_for(
+            lambda: cluster.request_counts().get(("update", "elasticjobs/status"), 0) >= 2,
+            timeout=SETTLE,
+            what="a retry writing the status again",
+        )
     finally:
         cluster.server.inject_faults(rate=0.0)
+    applied = wait_for(lambda: e2e.store.applied("ml/echo"), timeout=SETTLE, what="scale applied")
+    assert applied is not None and applied.outcome == "already at target", describe(e2e)
     last = wait_quiet(e2e)
     e2e.wait_rounds(STEADY_ROUNDS, after=last, timeout=SETTLE)
     assert status_replicas(cluster, "echo") == 2, describe(e2e)

@@ -183,12 +183,23 @@ def test_jobs_without_a_usable_ps_url_are_permanent_errors(redis_client) -> None
 class CountingScaler:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
+        self.rules: list[str | None] = []
 
     def current_replicas(self, job: str) -> int:
         return 0
 
-    def scale(self, job: str, replicas: int, *, reason: str) -> int:
+    def scale(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        reason: str,
+        policy: str | None = None,
+        rule: str | None = None,
+        limited_by: str | None = None,
+    ) -> int:
         self.calls.append((job, replicas))
+        self.rules.append(rule)
         return replicas
 
 
@@ -201,9 +212,10 @@ def test_the_router_sends_only_ps_jobs_to_their_server(redis_client, ps) -> None
     router = with_parameter_servers(default, store=store)
     assert isinstance(router, ParameterServerRouter)
     router.scale(ps_job, 2, reason="r")
-    router.scale(kube_job, 4, reason="r")
+    router.scale(kube_job, 4, reason="r", policy="edl", rule="edl.grow")
     router.scale("ml/crd-job", 1, reason="r")  # no record at all: a Kubernetes target
     assert default.calls == [(kube_job, 4), ("ml/crd-job", 1)]
+    assert default.rules == ["edl.grow", None]  # the decision's rule reaches the scaler
     assert [c.path for c in server.calls] == ["/ps/start"]
 
 

@@ -16,6 +16,7 @@ from workers import handlers
 from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
+from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.settings import Settings
 from workers.wiring import Runtime
@@ -113,7 +114,9 @@ def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None
     free = rt.store.free_capacity()
     assert free is not None
     sent: list[handlers.ScaleCommand] = []
-    # First contact for a job the plan knows: throughput wants +1 per report.
+    # A submitted job (its record names the job policy) the plan knows: throughput
+    # wants +1 per report. Without the record, EDL would own it and nothing be decided.
+    rt.store.save_job(JobRecord(job="default/a", job_id="a", policy=rt.settings.job_policy))
     for epoch, seconds in enumerate((None, 10.0, 9.0, 8.0)):
         handlers.accept_report(
             rt, EpochReport(job="default/a", replicas=1 + epoch, epoch=epoch, epoch_time_s=seconds)

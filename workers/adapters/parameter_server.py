@@ -74,11 +74,24 @@ class ParameterServerScaler:
             raise TransientScaleError(f"reading {job}'s parallelism: {error}") from error
         return int(value) if value is not None else 0
 
-    def scale(self, job: str, replicas: int, *, reason: str) -> int:
+    def scale(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        reason: str,
+        policy: str | None = None,
+        rule: str | None = None,
+        limited_by: str | None = None,
+    ) -> int:
+        # policy/rule/limited_by: a parameter server has no status to put them in.
         record, request, url = _checked_target(job, self._store.get_job(job))
         if replicas < 1:
             # KubeML: a task's parallelism is at least one worker.
             raise PermanentScaleError(f"{job}: a parameter-server job needs parallelism >= 1")
+        if self.current_replicas(job) == replicas:
+            # The port: the count in force is only confirmed; nothing to tell the server.
+            return replicas
         started = bool(self._store.redis.hexists(self.replicas_key, job))
         operation = TaskOperation.UPDATE_TASK if started else TaskOperation.CREATE_TASK
         task = TrainTask(
@@ -160,8 +173,19 @@ class ParameterServerRouter:
     def current_replicas(self, job: str) -> int:
         return self._target(job).current_replicas(job)
 
-    def scale(self, job: str, replicas: int, *, reason: str) -> int:
-        return self._target(job).scale(job, replicas, reason=reason)
+    def scale(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        reason: str,
+        policy: str | None = None,
+        rule: str | None = None,
+        limited_by: str | None = None,
+    ) -> int:
+        return self._target(job).scale(
+            job, replicas, reason=reason, policy=policy, rule=rule, limited_by=limited_by
+        )
 
 
 def with_parameter_servers(default: ReplicaScaler, *, store: StateStore) -> ReplicaScaler:

@@ -3,8 +3,11 @@
 Stands in for the Kubernetes scale subresource wherever no cluster is wanted
 (integration tests, the benchmark, ``TRAINSCALER_SCALER=recording``): the
 replica count in force per job lives in ``P recording:replicas`` (HASH) and
-every applied call is appended to ``P recording:applied`` (LIST of JSON
-``{job, replicas, reason, at, pid}``).
+every call that changed it is appended to ``P recording:applied`` (LIST of
+JSON ``{job, replicas, reason, policy, rule, limited_by, at, pid}``). A call
+with the count already in force only confirms it: it is counted in ``P
+recording:confirmed`` (HASH job -> calls), never logged as applied, so "no
+scale applied twice" stays checkable from the log.
 
 Fault injection (only when ``Settings.fault_injection`` is true, read per call
 from Redis so a test can change it while workers run):
@@ -79,8 +82,14 @@ def raise_for_status(status: int, job: str) -> None:
     raise PermanentScaleError(message)
 
 
-# The count in force and the log entry, together (one round trip, atomic).
+# The count in force and the log entry, together (one round trip, atomic);
+# the count already in force is only confirmed (returns 0).
 _RECORD = """
+local current = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
+if current == ARGV[2] then
+  redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+  return 0
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 return 1
@@ -114,7 +123,20 @@ class RecordingScaler:
         value = self._redis.hget(self.replicas_key, job)
         return int(value) if value is not None else 0
 
-    def scale(self, job: str, replicas: int, *, reason: str) -> int:
+    @property
+    def confirmed_key(self) -> str:
+        return f"{self._prefix}recording:confirmed"
+
+    def scale(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        reason: str,
+        policy: str | None = None,
+        rule: str | None = None,
+        limited_by: str | None = None,
+    ) -> int:
         self._faults.pause("scale", job)
         status = self._faults.scale_failure()
         if status is not None:
@@ -124,12 +146,19 @@ class RecordingScaler:
                 "job": job,
                 "replicas": replicas,
                 "reason": reason,
+                "policy": policy,
+                "rule": rule,
+                "limited_by": limited_by,
                 "at": self._clock.now(),
                 "pid": os.getpid(),
             }
         )
-        self._record(keys=[self.replicas_key, self.log_key], args=[job, replicas, entry])
-        self._faults.pause("scale_applied", job)
+        changed = self._record(
+            keys=[self.replicas_key, self.log_key, self.confirmed_key],
+            args=[job, replicas, entry],
+        )
+        if changed:
+            self._faults.pause("scale_applied", job)
         return replicas
 
     def all_replicas(self) -> dict[str, int]:
@@ -137,6 +166,10 @@ class RecordingScaler:
 
     def applied_log(self) -> list[dict[str, object]]:
         return [json.loads(x) for x in self._redis.lrange(self.log_key, 0, -1)]
+
+    def confirmations(self) -> dict[str, int]:
+        """Calls per job that found the count already in force (changed nothing)."""
+        return {_text(k): int(v) for k, v in self._redis.hgetall(self.confirmed_key).items()}
 
 
 def _text(value: object) -> str:

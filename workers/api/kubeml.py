@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Annotated, TypeVar
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from starlette.concurrency import run_in_threadpool
@@ -56,7 +57,8 @@ async def _wait_for(ctx: ApiContext, read: Callable[[], T | None], *, seconds: f
 
 
 def _job_url(job: str) -> str:
-    return f"/jobs/{job}"
+    # Header values must be Latin-1: percent-encode whatever a job id holds.
+    return f"/jobs/{quote(job, safe='/')}"
 
 
 @router.post(

@@ -27,6 +27,7 @@ from workers.adapters.kubernetes.cache import (
 from workers.adapters.kubernetes.client import (
     KubeClient,
     MonotonicClock,
+    Observe,
     WallClock,
     build_kube_client,
 )
@@ -101,8 +102,10 @@ class KubeAdapter:
         api_client: k8s_client.ApiClient | None = None,
         clock: Clock | None = None,
         wall_clock: Clock | None = None,
+        observe: Observe | None = None,
     ) -> None:
         self._settings = settings
+        self._observe = observe
         self._api_client = api_client
         self._clock = clock or MonotonicClock()
         self._wall_clock = wall_clock or WallClock()
@@ -115,7 +118,10 @@ class KubeAdapter:
         with self._lock:
             if self._client is None:
                 self._client = build_kube_client(
-                    self._settings, clock=self._clock, api_client=self._api_client
+                    self._settings,
+                    clock=self._clock,
+                    api_client=self._api_client,
+                    observe=self._observe,
                 )
             return self._client
 
@@ -170,14 +176,21 @@ class KubeAdapter:
             client.close()
 
 
-def build_cluster_reader(settings: Settings) -> KubeClusterReader:
-    """The runtime's ``ClusterReader``: its cache starts on the first read."""
-    return KubeAdapter(settings).cluster_reader()
+def build_cluster_reader(
+    settings: Settings, *, observe: Observe | None = None
+) -> KubeClusterReader:
+    """The runtime's ``ClusterReader``: its cache starts on the first read.
+
+    ``observe`` is told of every API request (verb, status code or "error").
+    """
+    return KubeAdapter(settings, observe=observe).cluster_reader()
 
 
-def build_replica_scaler(settings: Settings) -> KubeReplicaScaler:
+def build_replica_scaler(
+    settings: Settings, *, observe: Observe | None = None
+) -> KubeReplicaScaler:
     """The runtime's ``ReplicaScaler`` (no cache: reads what it writes with GETs)."""
-    return KubeAdapter(settings).replica_scaler()
+    return KubeAdapter(settings, observe=observe).replica_scaler()
 
 
 # The name ``workers/wiring.py`` imports.

@@ -31,6 +31,8 @@ from scheduler_core.ports import Clock
 from workers.settings import Settings
 
 JsonObject = dict[str, Any]
+# Told of every request's verb and answer (status code, or "error" when none came).
+Observe = Callable[[str, int | str], None]
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -180,11 +182,17 @@ class KubeClient:
         limiter: TokenBucket | None = None,
         field_manager: str = "trainscaler",
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        observe: Observe | None = None,
     ) -> None:
         self.api_client = api_client
         self.field_manager = field_manager
         self._limiter = limiter
         self._read_timeout = read_timeout
+        self._observe = observe
+
+    def _observed(self, verb: str, code: int | str) -> None:
+        if self._observe is not None:
+            self._observe(verb, code)
 
     def _send(
         self,
@@ -231,18 +239,23 @@ class KubeClient:
         content_type: str | None = None,
     ) -> JsonObject:
         """One request; the decoded JSON answer, or ``KubeApiError``."""
-        response = self._send(
-            method,
-            path,
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=(DEFAULT_CONNECT_TIMEOUT, self._read_timeout),
-        )
         try:
+            response = self._send(
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=(DEFAULT_CONNECT_TIMEOUT, self._read_timeout),
+            )
             raw = response.read()
+        except KubeConnectionError:
+            self._observed(method, "error")
+            raise
         except (urllib3.exceptions.HTTPError, OSError) as error:
+            self._observed(method, "error")
             raise KubeConnectionError(f"{method} {path}: {error}") from error
+        self._observed(method, response.status)
         decoded = _decode(raw)
         if not 200 <= response.status <= 299:
             raise KubeApiError(response.status, reason=str(response.reason), body=decoded)
@@ -258,15 +271,20 @@ class KubeClient:
         """Open a watch; a non-2xx answer (e.g. 410 Gone) raises ``KubeApiError``."""
         params = dict(query)
         params.update({"watch": True, "timeoutSeconds": timeout_seconds})
-        response = self._send(
-            "GET",
-            path,
-            query=params,
-            body=None,
-            content_type=None,
-            # The server ends the watch after timeout_seconds; allow it some slack.
-            timeout=(DEFAULT_CONNECT_TIMEOUT, timeout_seconds + 15.0),
-        )
+        try:
+            response = self._send(
+                "GET",
+                path,
+                query=params,
+                body=None,
+                content_type=None,
+                # The server ends the watch after timeout_seconds; allow it some slack.
+                timeout=(DEFAULT_CONNECT_TIMEOUT, timeout_seconds + 15.0),
+            )
+        except KubeConnectionError:
+            self._observed("WATCH", "error")
+            raise
+        self._observed("WATCH", response.status)
         if not 200 <= response.status <= 299:
             try:
                 decoded = _decode(response.read())
@@ -294,9 +312,15 @@ def build_kube_client(
     *,
     clock: Clock | None = None,
     api_client: k8s_client.ApiClient | None = None,
+    observe: Observe | None = None,
 ) -> KubeClient:
     """A client for the configured cluster, limited to the settings' QPS and burst."""
     if api_client is None:
         api_client = k8s_client.ApiClient(configuration=load_configuration(settings))
     limiter = TokenBucket(settings.kube_qps, settings.kube_burst, clock=clock or MonotonicClock())
-    return KubeClient(api_client, limiter=limiter, field_manager=settings.kube_field_manager)
+    return KubeClient(
+        api_client,
+        limiter=limiter,
+        field_manager=settings.kube_field_manager,
+        observe=observe,
+    )

@@ -183,8 +183,8 @@ class KubeReplicaScaler:
         replicas: int,
         *,
         reason: str,
-        policy: str = "",
-        rule: str = "",
+        policy: str | None = None,
+        rule: str | None = None,
         limited_by: str | None = None,
     ) -> int:
         """Set ``job``'s target to ``replicas`` (clamped to [min, max]); the count after.
@@ -237,7 +237,7 @@ class KubeReplicaScaler:
             resource,
             current=after,
             desired=desired,
-            decision=Decision(policy=policy, rule=rule, reason=reason),
+            decision=Decision(policy=policy or "", rule=rule or "", reason=reason),
             conditions=scaling_conditions(target=target.description, current=after, limit=limit),
             scaled=after != before,
         )
