@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -12,41 +11,18 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from scheduler_core.models import ElasticJob, EpochReport, Resources
+from tests.unit.runtime_fixtures import FixedClock, rt, server
 from workers import handlers
 from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
-from workers.settings import Settings
 from workers.wiring import Runtime
 
+__all__ = ["rt", "server"]  # fixtures used by name
+
 pytestmark = pytest.mark.timeout(60)
-
-
-class FixedClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.value = now
-
-    def now(self) -> float:
-        return self.value
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis")) as embedded:
-        yield embedded
-
-
-@pytest.fixture
-def rt(server: EmbeddedRedis) -> Iterator[Runtime]:
-    runtime = Runtime(
-        Settings(redis_url=server.url, scaler="recording", max_load_desired=1.0),
-        clock=FixedClock(),
-    )
-    runtime.redis.flushall()
-    yield runtime
-    runtime.redis.close()
 
 
 def _job(name: str, *, current: int, cpu: int = 1000) -> ElasticJob:

@@ -9,49 +9,24 @@ decided on by the per-job policy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources
+from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
 from workers.adapters.recording_scaler import RecordingScaler
-from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.observability.metrics import AUTOSCALE_ROUND, AUTOSCALE_ROUND_BUCKETS
-from workers.settings import Settings
 from workers.wiring import Runtime
+
+__all__ = ["rt", "server"]  # fixtures used by name
 
 pytestmark = pytest.mark.timeout(60)
 
 PREFIX = "trainscaler:"
-
-
-class FixedClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.value = now
-
-    def now(self) -> float:
-        return self.value
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis")) as embedded:
-        yield embedded
-
-
-@pytest.fixture
-def rt(server: EmbeddedRedis) -> Iterator[Runtime]:
-    runtime = Runtime(
-        Settings(redis_url=server.url, scaler="recording", max_load_desired=1.0),
-        clock=FixedClock(),
-    )
-    runtime.redis.flushall()
-    yield runtime
-    runtime.redis.close()
 
 
 def _recording(rt: Runtime) -> RecordingScaler:

@@ -1,0 +1,38 @@
+"""Fixtures for tests that drive the runtime's handlers in-process against a
+real redis-server (started once per module on a free port) with a fixed clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from workers.adapters.redis_server import EmbeddedRedis
+from workers.settings import Settings
+from workers.wiring import Runtime
+
+
+class FixedClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.value = now
+
+    def now(self) -> float:
+        return self.value
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis")) as embedded:
+        yield embedded
+
+
+@pytest.fixture
+def rt(server: EmbeddedRedis) -> Iterator[Runtime]:
+    """A runtime on a flushed Redis with the recording scaler and no load cap."""
+    runtime = Runtime(
+        Settings(redis_url=server.url, scaler="recording", max_load_desired=1.0),
+        clock=FixedClock(),
+    )
+    runtime.redis.flushall()
+    yield runtime
+    runtime.redis.close()
