@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .json_types import JsonObject
-from .resources import ResourceRegistry, ResourceType
+from .resources import STANDARD_VERBS, ResourceRegistry, ResourceType
 
 _STATUS_VERBS = ["get", "patch", "update"]
 VERSION_INFO: JsonObject = {
@@ -60,16 +60,7 @@ def _entries(resource_type: ResourceType) -> list[JsonObject]:
         "singularName": resource_type.singular,
         "namespaced": resource_type.namespaced,
         "kind": resource_type.kind,
-        "verbs": [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ],
+        "verbs": list(STANDARD_VERBS),
     }
     if resource_type.short_names:
         main["shortNames"] = list(resource_type.short_names)
