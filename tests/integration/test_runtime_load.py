@@ -74,7 +74,7 @@ def test_1000_concurrent_reports_from_50_jobs_match_in_order_replay(
         assert store.cursor(job).last_epoch == job_reports[-1].epoch
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_scaler_failing_30_percent_converges(
     procs, client_app, redis_client, recorder, store, dead_letters
 ) -> None:
@@ -89,10 +89,20 @@ def test_scaler_failing_30_percent_converges(
     assert dead_letters.count() == 0
     logs = "".join(w.log_text() for w in workers)
     assert "retrying in" in logs and "injected HTTP" in logs, "the scaler really failed and retried"
-    # Every job's newest decision is the one applied.
-    for job in reports:
-        applied = store.applied(job)
-        assert applied is not None and applied.generation == store.generation(job)
+    # Every job's newest decision is the one applied. A later decision that keeps
+    # the count is still confirmed through the (30% failing) scaler, so its record
+    # may lag the replica count by a few backed-off retries.
+
+    def lagging() -> list[str]:
+        return [
+            job
+            for job in reports
+            if (applied := store.applied(job)) is None
+            or applied.generation != store.generation(job)
+        ]
+
+    wait_for(lambda: not lagging(), timeout=60, interval=0.2, what="newest generation applied")
+    assert lagging() == []
 
 
 @pytest.mark.timeout(90)
