@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     for (n_jobs, n_nodes), busy in itertools.product(sizes, (False, True)):
         jobs, cluster = make_instance(n_jobs, n_nodes, seed=n_jobs, busy=busy)
         label = "busy" if busy else "filling"
-        fast, fast_s = timed(lambda: fast_plan(jobs, cluster, args.load), repeat=3)  # noqa: B023
+        # Best of several: a 30 ms run is at the mercy of one scheduler hiccup; the
+        # literal port's 1.5 s run is not.
+        fast, fast_s = timed(lambda: fast_plan(jobs, cluster, args.load), repeat=7)  # noqa: B023
         changed = sum(
             1
             for job in jobs

@@ -9,14 +9,16 @@ Such nodes are interchangeable except for the name tie-break, so they form
 one *class*: a room (free GPUs, idle CPU, free memory) with a heap of the
 names that have it. Best fit is then the smallest fitting room, and within
 its class the smallest name; a claim moves one name from one class to
-another. Rooms are grouped by free GPUs and, within a group, kept sorted by
-(CPU, memory), so a claim bisects to the first room with enough CPU and only
-scans the few distinct rooms short of memory.
+another.
 
-A room's (CPU, memory) is packed into one integer, ``cpu x span + memory -
-low``, which sorts exactly like the pair (memory stays in ``[low, low +
-span)``: a claim only takes memory a node has, and requests are never
-negative) and compares much faster in the sorted lists.
+A room is packed into one integer, ``gpu x gpu_stride + cpu x memory_span +
+memory`` (each measured from its lowest value), which sorts exactly like the
+triple: every part stays within its span, because a claim only takes room a
+node has and requests are never negative. All rooms live in one sorted list,
+so a claim is one bisect to the first room with enough GPUs and CPU, a short
+scan past rooms short of memory (another bisect when the scan reaches the
+next GPU level), and one list update; and since packing is linear, taking a
+replica's resources is one subtraction.
 
 EDL dry run: room is only ever taken, never given back (a shrink frees no
 node room, since which pod goes is not known), so a replica shape that once
@@ -37,69 +39,90 @@ class NodeIndex:
     def __init__(self, cluster: ClusterResource) -> None:
         room = cluster.nodes
         names = list(room.nodes_cpu_idle_milli)
+        cpu = [room.nodes_cpu_idle_milli[name] for name in names]
         memory = [room.nodes_memory_free_mega.get(name, 0) for name in names]
-        # Room only shrinks and never below zero memory, so memory stays in [low, high].
-        self._low = min([0, *memory])
-        self._span = max([0, *memory]) - self._low + 1
-        # free GPUs -> packed room -> heap of the names of the nodes with that room
-        self._classes: dict[int, dict[int, list[str]]] = {}
-        for name, mem in zip(names, memory, strict=True):
-            gpu = room.nodes_gpu_free.get(name, 0)
-            packed = self._pack(room.nodes_cpu_idle_milli[name], mem)
-            self._classes.setdefault(gpu, {}).setdefault(packed, []).append(name)
-        for rooms in self._classes.values():
-            for members in rooms.values():
-                members.sort()  # a sorted list is a heap
-        # free GPUs -> that group's packed rooms, sorted
-        self._rooms = {gpu: sorted(rooms) for gpu, rooms in self._classes.items()}
-        self._gpu_levels = sorted(self._classes)
+        gpu = [room.nodes_gpu_free.get(name, 0) for name in names]
+        # Overcommitted nodes may report negative room; measure from the lowest.
+        self._cpu_low = min([0, *cpu])
+        self._memory_low = min([0, *memory])
+        self._gpu_low = min([0, *gpu])
+        self._memory_span = max([0, *memory]) - self._memory_low + 1
+        self._gpu_stride = (max([0, *cpu]) - self._cpu_low + 1) * self._memory_span
+        # packed room -> heap of the names of the nodes with that room
+        self._classes: dict[int, list[str]] = {}
+        packed = [self._pack(*free) for free in zip(cpu, memory, gpu, strict=True)]
+        for name, room_key in zip(names, packed, strict=True):
+            self._classes.setdefault(room_key, []).append(name)
+        for members in self._classes.values():
+            members.sort()  # a sorted list is a heap
+        self._rooms = sorted(self._classes)
         # (cpu, memory, gpu) shapes that found no node: room only shrinks, so never will.
         self._unplaceable: set[tuple[int, int, int]] = set()
 
-    def _pack(self, cpu: int, mem: int) -> int:
-        return cpu * self._span + mem - self._low
+    def _pack(self, cpu: int, memory: int, gpu: int) -> int:
+        return (
+            (gpu - self._gpu_low) * self._gpu_stride
+            + (cpu - self._cpu_low) * self._memory_span
+            + memory
+            - self._memory_low
+        )
 
     def claim(self, cpu: int, mem: int, gpu: int) -> str | None:
         """Take room for one replica on the best-fit node; None when no node fits."""
         unplaceable = self._unplaceable
         if unplaceable and (cpu, mem, gpu) in unplaceable:
             return None
-        span, low, levels = self._span, self._low, self._gpu_levels
-        least_cpu = cpu * span  # the smallest packed room with enough CPU
-        for position in range(bisect_left(levels, gpu), len(levels)):
-            level = levels[position]
-            rooms = self._rooms[level]
-            for index in range(bisect_left(rooms, least_cpu), len(rooms)):
-                packed = rooms[index]
-                if packed % span + low >= mem:
-                    break
+        span, stride, rooms = self._memory_span, self._gpu_stride, self._rooms
+        cpu_part = (cpu - self._cpu_low) * span
+        least_memory = mem - self._memory_low
+        level_start = (gpu - self._gpu_low) * stride
+        level_end = level_start + stride
+        # The first room with enough GPUs and CPU; from there on, rooms of this
+        # GPU level all have enough CPU and only memory can fall short.
+        index = bisect_left(rooms, level_start + cpu_part)
+        count = len(rooms)
+        while index < count:
+            packed = rooms[index]
+            if packed >= level_end:
+                # Past this GPU level: skip to the next level's first room with enough CPU.
+                level_start = packed - packed % stride
+                level_end = level_start + stride
+                index = bisect_left(rooms, level_start + cpu_part, index)
+            elif packed % span >= least_memory:
+                break
             else:
-                continue
-            # Move the smallest name of the best class to the class it shrinks into.
-            classes = self._classes[level]
-            members = classes[packed]
-            if len(members) > 1:
-                name = heappop(members)
-                members = [name]
-            else:  # a node alone in its class carries its list along
-                name = members[0]
-                del classes[packed], rooms[index]
-                if not classes:
-                    del self._classes[level], self._rooms[level], levels[position]
-            # Packing is linear: taking (cpu, memory) subtracts cpu x span + memory.
-            left = packed - least_cpu - mem
-            level -= gpu
-            shrunk_into = self._classes.get(level)
-            if shrunk_into is None:
-                shrunk_into = self._classes[level] = {}
-                self._rooms[level] = []
-                insort(levels, level)
-            target = shrunk_into.get(left)
+                index += 1
+        else:
+            unplaceable.add((cpu, mem, gpu))
+            return None
+        # Move the smallest name of the best class to the class it shrinks into.
+        # Packing is linear: taking the replica's room is one subtraction.
+        left = packed - gpu * stride - cpu * span - mem
+        classes = self._classes
+        members = classes[packed]
+        if left == packed:  # a replica that requests nothing takes no room
+            return members[0]
+        target = classes.get(left)
+        if len(members) > 1:
+            name = heappop(members)
             if target is None:
-                shrunk_into[left] = members
-                insort(self._rooms[level], left)
+                classes[left] = [name]
+                insort(rooms, left, 0, index)
             else:
                 heappush(target, name)
             return name
-        unplaceable.add((cpu, mem, gpu))
-        return None
+        # A node alone in its class carries its list along.
+        name = members[0]
+        del classes[packed]
+        if target is not None:
+            del rooms[index]
+            heappush(target, name)
+            return name
+        classes[left] = members
+        position = bisect_left(rooms, left, 0, index)
+        if position == index:
+            rooms[index] = left  # nothing lies between: the room just shrinks in place
+        else:
+            del rooms[index]
+            rooms.insert(position, left)
+        return name

@@ -24,7 +24,9 @@ fails to grow, it cannot grow later in the same plan unless a shrink freed
 capacity, so only jobs that grew in the last round are revisited. Each
 replica's node comes from ``scheduler_core.node_index`` (nodes with identical
 free room form one class, so best fit is a bisect over the few distinct
-rooms), and the grow walk keeps the cluster totals in locals. The plans are
+rooms), the grow walk keeps the cluster totals in locals, and each round's
+sort compares (fulfillment, tie-break rank) pairs, the tie-break tuple having
+been ranked once. The plans are
 the reference loop's exactly: ``bench/planner.py`` and the unit tests check
 them, targets and placements, against a literal port of it.
 """
@@ -32,7 +34,7 @@ them, targets and placements, against a literal port of it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import ClassVar
 
@@ -41,6 +43,7 @@ from scheduler_core.models import (
     ElasticJob,
     JobPhase,
     ScalingPlan,
+    job_key,
 )
 from scheduler_core.node_index import NodeIndex
 from scheduler_core.policies.base import EmptyState, LoadCap, PolicyInput, PolicyResult
@@ -52,45 +55,61 @@ MEMORY_CAP = "memory_cap"
 NO_NODE_FITS = "no_node_fits"
 CPU_CAP = "cpu_cap"
 GPU_CAP = "gpu_cap"
+# Why a job shrank without a cap: planned above max_replicas.
+OVER_MAX = "over_max"
 
 
 class EdlParams(LoadCap):
     """EDL's options: ``WithMaxLoadDesired`` (command-line default 0.97)."""
 
 
-@dataclass(slots=True)
 class _Job:
     """A candidate job's numbers, flattened for the hot loop."""
 
-    key: str
-    min: int
-    max: int
-    current: int
-    cpu: int
-    mem: int
-    gpu_limit: int
-    gpu_need: int
-    planned: int = 0
-    span: int = 0
-    blocked: str | None = None
-    down_rules: list[str] = field(default_factory=list)
-    placements: dict[str, int] = field(default_factory=dict)
+    __slots__ = (
+        "blocked",
+        "cpu",
+        "current",
+        "down_rules",
+        "gpu_limit",
+        "gpu_need",
+        "key",
+        "max",
+        "mem",
+        "min",
+        "order",
+        "placements",
+        "planned",
+        "rank",
+        "span",
+        "ties",
+    )
 
-    order: tuple[float, tuple[int, int, int, str]] = (0.0, (0, 0, 0, ""))
-    ties: tuple[int, int, int, str] = (0, 0, 0, "")
-
-    def __post_init__(self) -> None:
+    def __init__(self, job: ElasticJob) -> None:
+        requests, limits = job.requests, job.limits
+        self.key = job_key(job.namespace, job.name)
+        self.min = job.min_replicas
+        self.max = job.max_replicas
+        self.current = self.planned = job.current_replicas
+        self.cpu = requests.cpu_milli
+        self.mem = requests.memory_mega
+        self.gpu_limit = limits.gpu
+        self.gpu_need = job.gpus_per_replica
+        # EDL: only elastic jobs (min < max) are candidates; the hot loop divides by the span.
+        if not job.elastic:
+            raise ValueError(f"{self.key} is not elastic (min == max): not an EDL candidate")
         self.span = self.max - self.min
+        self.blocked: str | None = None
+        self.down_rules: list[str] = []
+        self.placements: dict[str, int] = {}
+        # fix: EDL compared a job's memory request with its own; compare both jobs.
         self.ties = (self.gpu_limit, self.cpu, self.mem, self.key)
-        self.refresh_order()
+        self.rank = 0  # the job's place in tie-break order, set by _rank_ties
+        self.order = (0.0, 0)
 
     def refresh_order(self) -> None:
-        """The sort key: fulfillment, then the tie-breaks.
-
-        fix: EDL compared a job's memory request with its own; compare both jobs.
-        """
-        span = self.span
-        self.order = ((self.planned - self.min) / span if span else 1.0, self.ties)
+        """The sort key: fulfillment, then the tie-breaks (as one rank)."""
+        self.order = ((self.planned - self.min) / self.span, self.rank)
 
 
 @dataclass(slots=True)
@@ -172,27 +191,24 @@ class EdlPolicy:
         self, request: PolicyInput, state: EmptyState, params: EdlParams
     ) -> PolicyResult[EmptyState]:
         chosen = candidates(request.jobs)
-        work = [_flatten(job) for job in chosen]
+        work = _rank_ties([_Job(job) for job in chosen])
         totals = _totals(request.cluster, params.max_load_desired)
         _plan_rounds(work, totals, NodeIndex(request.cluster))
-        decisions = [_decision(flat, totals) for flat in sorted(work, key=_KEY)]
+        limit_numbers = {limit: totals.numbers(limit) for limit in _LIMITS}
+        decisions = [_decision(flat, limit_numbers) for flat in sorted(work, key=_KEY)]
         # One validation for the whole plan: cheaper than one model per decision.
         plan = ScalingPlan.model_validate({"policy": self.name, "decisions": decisions})
         return PolicyResult(plan=plan, state=state)
 
 
-def _flatten(job: ElasticJob) -> _Job:
-    return _Job(
-        key=job.key,
-        min=job.min_replicas,
-        max=job.max_replicas,
-        current=job.current_replicas,
-        cpu=job.requests.cpu_milli,
-        mem=job.requests.memory_mega,
-        gpu_limit=job.limits.gpu,
-        gpu_need=job.gpus_per_replica,
-        planned=job.current_replicas,
-    )
+def _rank_ties(work: list[_Job]) -> list[_Job]:
+    """Number the jobs in tie-break order once, so each round's sort compares
+    (fulfillment, rank) rather than the whole tie-break tuple. Ranks are
+    unique (the key is), so the order is the same."""
+    for rank, job in enumerate(sorted(work, key=attrgetter("ties"))):
+        job.rank = rank
+        job.refresh_order()
+    return work
 
 
 def _totals(cluster: ClusterResource, max_load_desired: float) -> _Totals:
@@ -249,7 +265,7 @@ def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[
             additional = job.max - job.planned
             if additional:
                 # A shrink: lowers the totals, frees no node room (see _apply).
-                job.down_rules.append("over_max")
+                job.down_rules.append(OVER_MAX)
                 job.planned += additional
                 job.refresh_order()
                 cluster_cpu += job.cpu * additional
@@ -276,8 +292,9 @@ def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[
             placements = job.placements
             placements[node] = placements.get(node, 0) + 1
             job.blocked = None
-            job.planned += 1
-            job.refresh_order()
+            # refresh_order, inlined: this is the planner's hottest line.
+            planned = job.planned = job.planned + 1
+            job.order = ((planned - job.min) / job.span, job.rank)
             cluster_cpu += cpu
             cluster_mem += mem
             cluster_gpu += gpu
@@ -289,7 +306,7 @@ def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[
 def _try_shrink(job: _Job, totals: _Totals) -> bool:
     """EDL ``scaleDryRun`` scale-down branch; True when the job shrank."""
     if job.planned > job.max:
-        job.down_rules.append("over_max")
+        job.down_rules.append(OVER_MAX)
     else:
         resource = totals.over_cap_held_by(job)
         # EDL: never shrink below min_replicas.
@@ -308,45 +325,44 @@ def _apply(job: _Job, additional: int, totals: _Totals) -> None:
     totals.add(job, additional)
 
 
-def _decision(flat: _Job, totals: _Totals) -> dict[str, object]:
-    """A ``ScalingDecision``'s fields, validated with the whole plan."""
-    limited_by = flat.blocked if flat.planned < flat.max else AT_MAX
+def _decision(
+    flat: _Job, limit_numbers: dict[str, dict[str, float | int | str | None]]
+) -> dict[str, object]:
+    """A ``ScalingDecision``'s fields, validated with the whole plan.
+
+    ``limit_numbers`` holds, for each limit, the final cluster numbers behind it.
+    """
+    current, planned, low, span = flat.current, flat.planned, flat.min, flat.span
+    limited_by = flat.blocked if planned < flat.max else AT_MAX
     numbers: dict[str, float | int | str | None] = {
-        "fulfillment_before": _fulfillment(flat, flat.current),
-        "fulfillment_after": _fulfillment(flat, flat.planned),
-        "min_replicas": flat.min,
+        "fulfillment_before": round((current - low) / span, 4),
+        "fulfillment_after": round((planned - low) / span, 4),
+        "min_replicas": low,
         "max_replicas": flat.max,
         "limited_by": limited_by,
     }
-    if flat.planned > flat.current:
+    if planned > current:
         rule = "edl.scale_up"
-        message = f"grew {flat.current} -> {flat.planned}, least fulfilled first"
-    elif flat.planned < flat.current:
+        message = f"grew {current} -> {planned}, least fulfilled first"
+    elif planned < current:
         rule = "edl.scale_down"
         causes = sorted(set(flat.down_rules))
-        message = (
-            f"shrank {flat.current} -> {flat.planned}: {', '.join(causes)} (most fulfilled first)"
-        )
+        message = f"shrank {current} -> {planned}: {', '.join(causes)} (most fulfilled first)"
         for cause in causes:
-            numbers.update(totals.numbers(cause))
+            numbers.update(limit_numbers[cause])
     else:
         rule = "edl.keep"
-        message = f"kept {flat.current}"
+        message = f"kept {current}"
     if limited_by is not None and limited_by != AT_MAX:
-        message += f"; cannot grow: {_BLOCKED_TEXT[limited_by]}"
-        numbers.update(totals.numbers(limited_by))
+        message += _CANNOT_GROW[limited_by]
+        numbers.update(limit_numbers[limited_by])
     return {
         "job": flat.key,
-        "current": flat.current,
-        "target": flat.planned,
+        "current": current,
+        "target": planned,
         "reason": {"rule": rule, "message": message, "numbers": numbers},
         "placements": flat.placements,
     }
-
-
-def _fulfillment(flat: _Job, replicas: int) -> float:
-    span = flat.max - flat.min
-    return 1.0 if span == 0 else round((replicas - flat.min) / span, 4)
 
 
 _BLOCKED_TEXT = {
@@ -357,3 +373,5 @@ _BLOCKED_TEXT = {
     CPU_CAP: "CPU requests would pass max_load_desired x total",
     GPU_CAP: "GPU limits would pass max_load_desired x total",
 }
+_CANNOT_GROW = {limit: f"; cannot grow: {text}" for limit, text in _BLOCKED_TEXT.items()}
+_LIMITS = (*_BLOCKED_TEXT, OVER_MAX)
