@@ -354,9 +354,7 @@ def test_health_names_redis_when_it_is_down(api_stack: ApiStack) -> None:
     ):
         response = api.get("/health")
         jobs = api.get("/jobs", headers={"Authorization": f"Bearer {TOKEN}"})
-        train = api.post(
-            "/train", json=KUBEML_TRAIN, headers={"Authorization": f"Bearer {TOKEN}"}
-        )
+        train = api.post("/train", json=KUBEML_TRAIN, headers={"Authorization": f"Bearer {TOKEN}"})
         metrics = api.get("/metrics")
     assert response.status_code == 503
     assert "redis" in response.json()["failing"]

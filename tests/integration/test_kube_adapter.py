@@ -42,8 +42,12 @@ TRAINJOB_CRD: dict[str, Any] = {
     "spec": {
         "group": "example.com",
         "scope": "Namespaced",
-        "names": {"plural": "trainjobs", "singular": "trainjob", "kind": "TrainJob",
-                  "listKind": "TrainJobList"},
+        "names": {
+            "plural": "trainjobs",
+            "singular": "trainjob",
+            "kind": "TrainJob",
+            "listKind": "TrainJobList",
+        },
         "versions": [
             {
                 "name": "v1",
@@ -57,8 +61,12 @@ TRAINJOB_CRD: dict[str, Any] = {
                         "labelSelectorPath": ".status.selector",
                     },
                 },
-                "schema": {"openAPIV3Schema": {"type": "object",
-                                               "x-kubernetes-preserve-unknown-fields": True}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
             }
         ],
     },
@@ -95,8 +103,11 @@ def kube(server: Any) -> KubeClient:
     """The test's own client for setup and checks (not the adapter's)."""
     client = KubeClient(server.api_client())
     try:
-        client.request("POST", "/api/v1/namespaces",
-                       body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        client.request(
+            "POST",
+            "/api/v1/namespaces",
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        )
     except KubeApiError as error:
         if error.status != 409:
             raise
@@ -124,8 +135,10 @@ def template(app: str, *, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]
                 {
                     "name": "main",
                     "image": "trainer:1",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory},
-                                  "limits": {"cpu": cpu, "memory": memory}},
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": {"cpu": cpu, "memory": memory},
+                    },
                 }
             ]
         },
@@ -145,18 +158,31 @@ def create_workload(kube: KubeClient, kind: str, name: str, replicas: int = 1) -
         spec["replicas"] = replicas
         if kind == "StatefulSet":
             spec["serviceName"] = name
-        plural = {"Deployment": "deployments", "StatefulSet": "statefulsets",
-                  "ReplicaSet": "replicasets"}[kind]
+        plural = {
+            "Deployment": "deployments",
+            "StatefulSet": "statefulsets",
+            "ReplicaSet": "replicasets",
+        }[kind]
         path = f"/apis/apps/v1/namespaces/{NS}/{plural}"
         api_version = "apps/v1"
-    body = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": NS},
-            "spec": spec}
+    body = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
     return kube.request("POST", path, body=body)
 
 
 def create_elastic_job(
-    kube: KubeClient, name: str, *, api_version: str = "apps/v1", kind: str = "Deployment",
-    min_replicas: int = 1, max_replicas: int = 4, paused: bool = False,
+    kube: KubeClient,
+    name: str,
+    *,
+    api_version: str = "apps/v1",
+    kind: str = "Deployment",
+    min_replicas: int = 1,
+    max_replicas: int = 4,
+    paused: bool = False,
 ) -> dict[str, Any]:
     body = {
         "apiVersion": "trainscaler.io/v1alpha1",
@@ -271,14 +297,21 @@ def test_cache_reconnects_after_errors_with_backoff(server: Any, kube: KubeClien
 
 def target_replicas(kube: KubeClient, kind: str, name: str) -> int:
     if kind == "Job":
-        return int(kube.request("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/{name}")
-                   ["spec"]["parallelism"])
+        return int(
+            kube.request("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/{name}")["spec"][
+                "parallelism"
+            ]
+        )
     if kind == "TrainJob":
         return int(kube.request("GET", TRAINJOBS.object_path(NS, name))["spec"]["replicas"])
-    plural = {"Deployment": "deployments", "StatefulSet": "statefulsets",
-              "ReplicaSet": "replicasets"}[kind]
-    return int(kube.request("GET", f"/apis/apps/v1/namespaces/{NS}/{plural}/{name}")
-               ["spec"]["replicas"])
+    plural = {
+        "Deployment": "deployments",
+        "StatefulSet": "statefulsets",
+        "ReplicaSet": "replicasets",
+    }[kind]
+    return int(
+        kube.request("GET", f"/apis/apps/v1/namespaces/{NS}/{plural}/{name}")["spec"]["replicas"]
+    )
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "ReplicaSet", "Job"])
@@ -292,8 +325,7 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     assert scaler.current_replicas("ml/trainer") == 1
 
     server.reset_request_counts()
-    after = scaler.scale("ml/trainer", 3, reason="grew 1 -> 3", policy="edl",
-                         rule="edl.scale_up")
+    after = scaler.scale("ml/trainer", 3, reason="grew 1 -> 3", policy="edl", rule="edl.scale_up")
     counts = server.request_counts()
     assert after == 3 and target_replicas(kube, kind, "trainer") == 3
     assert outside_rbac(counts) == set()
@@ -312,8 +344,11 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
 
     status = get_elastic_job(kube, "trainer")["status"]
     assert (status["currentReplicas"], status["desiredReplicas"]) == (3, 3)
-    assert status["lastDecision"] == {"policy": "edl", "rule": "edl.scale_up",
-                                      "reason": "grew 1 -> 3"}
+    assert status["lastDecision"] == {
+        "policy": "edl",
+        "rule": "edl.scale_up",
+        "reason": "grew 1 -> 3",
+    }
     assert status["observedGeneration"] >= 1 and status["lastScaleTime"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"
@@ -329,15 +364,21 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
 def test_scaler_scales_a_custom_resource_through_its_scale_subresource(
     server: Any, kube: KubeClient, adapter: KubeAdapter
 ) -> None:
-    kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                 body=TRAINJOB_CRD)
+    kube.request(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=TRAINJOB_CRD
+    )
     wait_for(lambda: _served(kube, TRAINJOBS), what="the TrainJob CRD served")
-    kube.request("POST", TRAINJOBS.collection_path(NS), body={
-        "apiVersion": "example.com/v1", "kind": "TrainJob",
-        "metadata": {"name": "pt", "namespace": NS},
-        "spec": {"replicas": 2},
-        "status": {"replicas": 2, "selector": "app=pt"},
-    })
+    kube.request(
+        "POST",
+        TRAINJOBS.collection_path(NS),
+        body={
+            "apiVersion": "example.com/v1",
+            "kind": "TrainJob",
+            "metadata": {"name": "pt", "namespace": NS},
+            "spec": {"replicas": 2},
+            "status": {"replicas": 2, "selector": "app=pt"},
+        },
+    )
     create_elastic_job(kube, "pt", api_version="example.com/v1", kind="TrainJob", max_replicas=8)
     scaler = adapter.replica_scaler()
     assert scaler.scale("ml/pt", 5, reason="grew") == 5
@@ -390,8 +431,9 @@ def test_conflicts_are_reread_and_retried(
     create_elastic_job(kube, "busy")
     scaler = adapter.replica_scaler()
     server.reset_request_counts()
-    server.inject_faults(verb="update", rate=0.5, codes=(409,), seed=SEED_FAILING_FIRST,
-                         resource="deployments/scale")
+    server.inject_faults(
+        verb="update", rate=0.5, codes=(409,), seed=SEED_FAILING_FIRST, resource="deployments/scale"
+    )
     assert scaler.scale("ml/busy", 2, reason="grew") == 2
     counts = server.request_counts()
     server.inject_faults(verb="update", rate=0.0, codes=(409,), seed=0)
@@ -417,10 +459,15 @@ def test_lasting_conflict_is_transient_and_recorded(
     assert [e["reason"] for e in events_for(kube, "stuck")] == ["ScaleFailed"]
 
 
-@pytest.mark.parametrize(("code", "error"), [(500, TransientScaleError),
-                                              (429, TransientScaleError),
-                                              (403, PermanentScaleError),
-                                              (422, PermanentScaleError)])
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (500, TransientScaleError),
+        (429, TransientScaleError),
+        (403, PermanentScaleError),
+        (422, PermanentScaleError),
+    ],
+)
 def test_api_errors_are_mapped(
     server: Any, kube: KubeClient, adapter: KubeAdapter, code: int, error: type[Exception]
 ) -> None:
@@ -513,8 +560,9 @@ def _cache_caught_up(reader: Any, applied: dict[str, int]) -> bool:
     return bool(reader.inquire().cpu_request_milli == 1000 * sum(seen.values()))
 
 
-def test_autoscaler_facade_options_and_loop(server: Any, kube: KubeClient,
-                                            adapter: KubeAdapter) -> None:
+def test_autoscaler_facade_options_and_loop(
+    server: Any, kube: KubeClient, adapter: KubeAdapter
+) -> None:
     reader: ClusterReader = adapter.cluster_reader()
     scaler: ReplicaScaler = adapter.replica_scaler()
     autoscaler = Autoscaler(reader, scaler, clock=WallClock())
