@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import LockError
@@ -20,7 +20,7 @@ from redis.exceptions import LockError
 from scheduler_core.models import ClusterResource, ElasticJob, Reason, Resources, ScalingPlan
 from scheduler_core.policies.base import PolicyInput
 from scheduler_core.policies.edl import load_cap
-from scheduler_core.ports import PermanentScaleError, TransientScaleError
+from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
 from scheduler_core.registry import decide, get_policy, load_state
 from workers.adapters.state_store import AppliedTarget, AutoscaleRun, DecisionRecord, PlanRecord
 from workers.wiring import Runtime
@@ -86,6 +86,22 @@ class ScaleResult:
     error: Exception | None = None
 
 
+@runtime_checkable
+class RoutingScaler(Protocol):
+    """A scaler that sends each job to one of several scalers (parameter-server mode)
+    and can look up a batch's routes in one read."""
+
+    def routed(self, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]: ...
+
+
+def _scalers(rt: Runtime, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]:
+    """Each job's scaler; looked up once per batch, not once per call."""
+    scaler = rt.scaler
+    if isinstance(scaler, RoutingScaler):
+        return scaler.routed(jobs)
+    return dict.fromkeys(jobs, scaler)
+
+
 def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
     """Apply an absolute target; idempotent, and never older than the newest decision.
 
@@ -93,12 +109,13 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
     ``TransientScaleError`` / ``PermanentScaleError`` from the scaler.
     """
     ttl = rt.settings.scale_lock_ttl
+    scaler = _scalers(rt, [command.job])[command.job]
     lock = rt.store.lock(f"scale:{command.job}", ttl=ttl, blocking_timeout=ttl)
     if not lock.acquire():
         raise ScaleLockBusy(f"scale lock of {command.job} busy for {ttl}s")
     try:
         newest, applied = rt.store.generation_and_applied(command.job)
-        outcome, record = _apply_locked(rt, command, newest, applied)
+        outcome, record = _apply_locked(rt, scaler, command, newest, applied)
         if record is not None:
             rt.store.set_applied(command.job, record)
         return outcome
@@ -114,6 +131,8 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
     Scaler errors come back per command, never raised.
     """
     results: dict[int, ScaleResult] = {}
+    # Before any lock is taken: a Redis error here leaves nothing to release.
+    scalers = _scalers(rt, [c.job for c in commands])
     token = uuid.uuid4().hex
     begun = rt.store.begin_scales(
         [c.job for c in commands], token=token, ttl=rt.settings.scale_lock_ttl
@@ -129,7 +148,7 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
                 continue
             record = None
             try:
-                outcome, record = _apply_locked(rt, command, newest, applied)
+                outcome, record = _apply_locked(rt, scalers[command.job], command, newest, applied)
                 results[index] = ScaleResult(command, outcome=outcome)
             except SCALE_ERRORS as error:
                 results[index] = ScaleResult(command, error=error)
@@ -145,19 +164,23 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
 
 
 def _apply_locked(
-    rt: Runtime, command: ScaleCommand, newest: int, applied: AppliedTarget | None
+    rt: Runtime,
+    scaler: ReplicaScaler,
+    command: ScaleCommand,
+    newest: int,
+    applied: AppliedTarget | None,
 ) -> tuple[str, AppliedTarget | None]:
     """The scale itself, under the job's lock: (outcome, what to record as applied)."""
     if command.generation < newest:
         return f"superseded by generation {newest}", None
     if applied is not None and applied.generation >= command.generation:
         return f"already applied (generation {applied.generation})", None
-    current = rt.scaler.current_replicas(command.job)
+    current = scaler.current_replicas(command.job)
     # Called even when the target is already in force: a retry after a write that
     # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
     # PUT did not) must still repair what the scaler records. The port makes a
     # call with the count in force a confirmation, not a second change.
-    rt.scaler.scale(
+    scaler.scale(
         command.job,
         command.target,
         reason=command.reason_text(),

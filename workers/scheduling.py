@@ -82,6 +82,7 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
         commands: list[ScaleCommand] = []
         done: list[Delivery] = []
+        decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
         for delivery, outcome in zip(chunk, _schedule_chunk(rt, chunk, requests), strict=True):
             if outcome.kind == "no_room":
                 # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
@@ -92,9 +93,7 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
             if outcome.kind == "decided":
                 decisions += 1
                 if outcome.record is not None:
-                    rt.metrics.record_decision(
-                        policy=outcome.policy, direction=outcome.record.decision.direction
-                    )
+                    decided.append((outcome.policy, outcome.record.decision.direction))
             if outcome.changed and outcome.record is not None:
                 commands.append(command_for(outcome.record, policy=outcome.policy))
             elif outcome.kind == "nothing_new":
@@ -102,6 +101,7 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
                 if unsent is not None:
                     commands.append(unsent)
             done.append(delivery)
+        rt.metrics.record_decisions(decided)
         if commands:
             send_scales(commands)
             scales += len(commands)

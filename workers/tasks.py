@@ -25,6 +25,7 @@ from workers import handlers
 from workers.adapters.redis_queue import QueueFullError
 from workers.celery_app import app
 from workers.deadletters import validation_message
+from workers.observability.metrics import ScaleResult as ScaleResultLabel
 from workers.observability.metrics import scale_result
 from workers.settings import get_settings
 from workers.wiring import Runtime
@@ -143,34 +144,36 @@ def scale(commands: Any = None) -> dict[str, Any]:
                 str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
             )
     # Redis errors are not caught per command: Celery retries the whole (idempotent) task.
+    counted: list[ScaleResultLabel] = []
     for result in handlers.apply_scales(rt, valid):
         if result.error is None:
-            rt.metrics.record_scale(scale_result(result.outcome))
+            counted.append(scale_result(result.outcome))
             outcomes.append(result.outcome)
         else:
-            outcomes.append(_failed(rt, result))
+            text, label = _failed(rt, result)
+            counted.append(label)
+            outcomes.append(text)
+    rt.metrics.record_scales(counted)
     return {"outcomes": outcomes}
 
 
-def _failed(rt: Runtime, result: handlers.ScaleResult) -> str:
+def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResultLabel]:
+    """Dead-letter or retry a failed command: its outcome text and metric label."""
     command, error = result.command, result.error
     payload = command.model_dump(mode="json")
     if isinstance(error, PermanentScaleError):
-        rt.metrics.record_scale("permanent_error")
         _reject(rt, "trainscaler.scale", payload, f"permanent: {error}")
-        return "dead-lettered"
+        return "dead-lettered", "permanent_error"
     if command.attempt >= rt.settings.scale_max_retries:
-        rt.metrics.record_scale("gave_up")
         _reject(
             rt, "trainscaler.scale", payload, f"gave up after {command.attempt} retries: {error}"
         )
-        return "dead-lettered"
-    rt.metrics.record_scale("transient_error")
+        return "dead-lettered", "gave_up"
     delay = _backoff(rt, command.attempt)
     retry = command.model_copy(update={"attempt": command.attempt + 1})
     # Only this command is retried, on its own, after the backoff (and re-reads first).
     _send_scales([retry], countdown=delay)
-    return f"retrying in {delay:.2f}s: {error}"
+    return f"retrying in {delay:.2f}s: {error}", "transient_error"
 
 
 def _backoff(rt: Runtime, retries: int) -> float:

@@ -27,9 +27,10 @@ from workers.adapters.parameter_server import (
     ParameterServerScaler,
     with_parameter_servers,
 )
+from workers.adapters.recording_scaler import RecordingScaler
 from workers.adapters.state_store import JobRecord, StateStore
-from workers.handlers import ScaleCommand, apply_scale
-from workers.wiring import Runtime
+from workers.handlers import ScaleCommand, apply_scale, apply_scales
+from workers.wiring import Runtime, SystemClock
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -217,6 +218,48 @@ def test_the_router_sends_only_ps_jobs_to_their_server(redis_client, ps) -> None
     assert default.calls == [(kube_job, 4), ("ml/crd-job", 1)]
     assert default.rules == ["edl.grow", None]  # the decision's rule reaches the scaler
     assert [c.path for c in server.calls] == ["/ps/start"]
+
+
+def _reads(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {cmd: int(stats.get(f"cmdstat_{cmd}", {}).get("calls", 0)) for cmd in ("get", "mget")}
+
+
+def test_a_batch_is_routed_with_one_read(redis_client, ps) -> None:
+    _, url = ps
+    store = StateStore(redis_client, prefix=PREFIX)
+    ps_job = _record(store, "batch-ps", url)
+    kube_job = _record(store, "batch-kube", None)
+    default = CountingScaler()
+    router = with_parameter_servers(default, store=store)
+    assert isinstance(router, ParameterServerRouter)
+    before = _reads(redis_client)
+    routes = router.routed([ps_job, kube_job, "ml/no-record"])
+    after = _reads(redis_client)
+    assert routes == {
+        ps_job: router.parameter_servers,
+        kube_job: default,
+        "ml/no-record": default,
+    }
+    assert (after["get"] - before["get"], after["mget"] - before["mget"]) == (0, 1)
+
+
+def test_a_mixed_batch_reaches_each_jobs_scaler(redis_client, redis_url, ps) -> None:
+    server, url = ps
+    from tests.integration.conftest import BASE_ENV, settings_for
+
+    rt = Runtime(settings_for({**BASE_ENV, "TRAINSCALER_REDIS_URL": redis_url}))
+    ps_job = _record(rt.store, "mixed-ps", url)
+    kube_job = _record(rt.store, "mixed-kube", None)
+    for job in (ps_job, kube_job):
+        redis_client.set(rt.store.job_key(job, "generation"), 1)
+    results = apply_scales(rt, [_command(ps_job, 2, 1), _command(kube_job, 3, 1)])
+    assert [r.outcome for r in results] == ["scaled 0 -> 2", "scaled 0 -> 3"]
+    assert [(c.path, c.body["state"]["parallelism"]) for c in server.calls] == [("/ps/start", 2)]
+    recorded = RecordingScaler(
+        redis_client, prefix=PREFIX, clock=SystemClock(), faults=rt.faults
+    ).all_replicas()
+    assert recorded == {kube_job: 3}
 
 
 def _command(job: str, target: int, generation: int) -> ScaleCommand:

@@ -22,6 +22,7 @@ other job to the default scaler (Kubernetes, or the recording one).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -61,10 +62,12 @@ class ParameterServerScaler:
         return self._store.key("ps:replicas")
 
     def ps_url(self, job: str) -> str | None:
-        record = self._store.get_job(job)
-        if record is None or record.request is None:
-            return None
-        return record.request.ps_url or None
+        return _ps_url(self._store.get_job(job))
+
+    def ps_urls(self, jobs: Sequence[str]) -> dict[str, str | None]:
+        """``ps_url`` of each job, with one read for all their records."""
+        records = self._store.get_jobs(list(jobs))
+        return {job: _ps_url(records.get(job)) for job in jobs}
 
     def current_replicas(self, job: str) -> int:
         """The parallelism the job's parameter server last accepted (0: never started)."""
@@ -134,6 +137,12 @@ class ParameterServerScaler:
         self._http.close()
 
 
+def _ps_url(record: JobRecord | None) -> str | None:
+    if record is None or record.request is None:
+        return None
+    return record.request.ps_url or None
+
+
 def _checked_target(job: str, record: JobRecord | None) -> tuple[JobRecord, TrainRequest, str]:
     """The job's record, its request and its parameter server's base URL."""
     request = record.request if record is not None else None
@@ -169,6 +178,17 @@ class ParameterServerRouter:
         except redis.RedisError as error:
             raise TransientScaleError(f"reading {job}'s record: {error}") from error
         return self.parameter_servers if uses_ps else self.default
+
+    def routed(self, jobs: Sequence[str]) -> dict[str, ReplicaScaler]:
+        """The scaler of each job, with one read for all of them (a batch's routing).
+
+        Redis errors propagate: the caller has taken nothing yet and may retry whole.
+        """
+        urls = self.parameter_servers.ps_urls(jobs)
+        return {
+            job: self.parameter_servers if url is not None else self.default
+            for job, url in urls.items()
+        }
 
     def current_replicas(self, job: str) -> int:
         return self._target(job).current_replicas(job)

@@ -118,39 +118,49 @@ class MetricsRecorder:
     def histogram_key(self, name: str) -> str:
         return f"{self._prefix}metrics:hist:{name}"
 
-    def _increment(self, name: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
+    def _increment_all(self, name: str, counts: Mapping[tuple[tuple[str, str], ...], int]) -> None:
+        """Add each label set's count to counter ``name``, all in one round trip."""
+        if not counts:
+            return
         try:
-            self._redis.hincrbyfloat(self.counters_key, _field(name, labels), amount)
+            pipe = self._redis.pipeline(transaction=False)
+            for labels, count in counts.items():
+                pipe.hincrbyfloat(self.counters_key, _field(name, dict(labels)), count)
+            pipe.execute()
         except redis.RedisError as error:
             log.warning("metric %s not recorded: %s", name, error)
 
     def record_scale(self, result: ScaleResult) -> None:
-        """One ``scale`` task outcome."""
-        self._increment(SCALE_OPERATIONS, {"result": result})
+        """One ``scale`` outcome."""
+        self.record_scales([result])
+
+    def record_scales(self, results: Iterable[ScaleResult]) -> None:
+        """The outcomes of one ``scale`` task's commands, in one round trip."""
+        counts: dict[tuple[tuple[str, str], ...], int] = {}
+        for result in results:
+            labels = (("result", result),)
+            counts[labels] = counts.get(labels, 0) + 1
+        self._increment_all(SCALE_OPERATIONS, counts)
 
     def record_decision(self, *, policy: str, direction: str) -> None:
         """One scaling decision (``direction`` is up, down or none)."""
-        self._increment(DECISIONS, {"policy": policy, "direction": direction})
+        self.record_decisions([(policy, direction)])
+
+    def record_decisions(self, decisions: Iterable[tuple[str, str]]) -> None:
+        """Scaling decisions as (policy, direction) pairs, in one round trip."""
+        counts: dict[tuple[tuple[str, str], ...], int] = {}
+        for policy, direction in decisions:
+            labels = (("direction", direction), ("policy", policy))
+            counts[labels] = counts.get(labels, 0) + 1
+        self._increment_all(DECISIONS, counts)
 
     def record_plan(self, plan: ScalingPlan) -> None:
         """Every decision of a plan, in one round trip."""
-        totals: dict[str, int] = {}
-        for decision in plan.decisions:
-            totals[decision.direction] = totals.get(decision.direction, 0) + 1
-        if not totals:
-            return
-        try:
-            pipe = self._redis.pipeline(transaction=False)
-            for direction, count in totals.items():
-                labels = {"policy": plan.policy, "direction": direction}
-                pipe.hincrbyfloat(self.counters_key, _field(DECISIONS, labels), count)
-            pipe.execute()
-        except redis.RedisError as error:
-            log.warning("metric %s not recorded: %s", DECISIONS, error)
+        self.record_decisions((plan.policy, decision.direction) for decision in plan.decisions)
 
     def record_kube_request(self, *, verb: str, code: int | str) -> None:
         """One Kubernetes API request (``code`` 0 or "error" when no answer came)."""
-        self._increment(KUBE_API_REQUESTS, {"verb": verb.upper(), "code": str(code)})
+        self._increment_all(KUBE_API_REQUESTS, {(("code", str(code)), ("verb", verb.upper())): 1})
 
     def record_autoscale_round(self, seconds: float) -> None:
         """How long one autoscale round took."""
