@@ -23,12 +23,12 @@ The planner is fast because most work is skipped, never changed: once a job
 fails to grow, it cannot grow later in the same plan unless a shrink freed
 capacity, so only jobs that grew in the last round are revisited. Each
 replica's node comes from ``scheduler_core.node_index`` (nodes with identical
-free room form one class, so best fit is a bisect over the few distinct
-rooms), the grow walk keeps the cluster totals in locals, and each round's
-sort compares (fulfillment, tie-break rank) pairs, the tie-break tuple having
-been ranked once. The plans are
-the reference loop's exactly: ``bench/planner.py`` and the unit tests check
-them, targets and placements, against a literal port of it.
+free room form one class, and best fit is one bisect over the distinct rooms),
+the grow walk keeps the cluster totals in locals, and each round's sort
+compares (fulfillment, tie-break rank) pairs, the tie-break tuples having
+been ranked once. The plans are the reference loop's exactly:
+``bench/planner.py`` and the unit tests check them, targets and placements,
+against a literal port of it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ and the scale; a report of that EDL-managed job then scales nothing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -83,3 +85,22 @@ def test_an_autoscale_round_with_a_change_shows_in_the_metrics(
     wait_for(lambda: store.last_report(JOB), timeout=20, what="the report kept")
     assert all(d.source == "autoscale" for d in store.decisions(JOB))
     assert recorder.all_replicas()[JOB] == 3 and len(recorder.applied_log()) == 1
+
+
+def test_batches_count_each_outcome_once(redis_client) -> None:
+    recorder = MetricsRecorder(redis_client, prefix="batch-counts:")
+    recorder.record_scale("scaled")
+    recorder.record_scales(["scaled", "unchanged", "scaled"])
+    recorder.record_scales([])
+    recorder.record_decision(policy="edl", direction="up")
+    recorder.record_decisions([("edl", "up"), ("throughput", "down"), ("edl", "up")])
+    counters = {
+        tuple(json.loads(field)[1].values()): float(value)
+        for field, value in redis_client.hgetall(recorder.counters_key).items()
+    }
+    assert counters == {
+        ("scaled",): 3.0,
+        ("unchanged",): 1.0,
+        ("up", "edl"): 3.0,
+        ("down", "throughput"): 1.0,
+    }
