@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -144,7 +144,10 @@ class TrainRequest(Frozen):
     batch_size: Annotated[int, Field(ge=1)]
     epochs: Annotated[int, Field(ge=1)]
     dataset: str = Field(min_length=1)
-    learning_rate: Annotated[float, Field(gt=0)] = 0.01
+    # KubeML's JSON names it ``lr``: both are accepted, ``learning_rate`` is written.
+    learning_rate: Annotated[
+        float, Field(gt=0, validation_alias=AliasChoices("learning_rate", "lr"))
+    ] = 0.01
     function_name: str = Field(default="", max_length=253)
     options: TrainOptions = TrainOptions()
     # trainscaler additions: where the job runs and its replica bounds.

@@ -103,3 +103,14 @@ def test_registry_rejects_corrupt_state() -> None:
 def test_registry_validates_params() -> None:
     with pytest.raises(ValidationError, match="max_load_desired"):
         decide("edl", PolicyInput(), params={"max_load_desired": 2.0})
+
+
+def test_train_request_accepts_kubemls_lr_and_writes_learning_rate() -> None:
+    kubeml = {"model_type": "lenet", "batch_size": 64, "epochs": 5, "dataset": "mnist"}
+    request = TrainRequest.model_validate({**kubeml, "lr": 0.05})
+    assert request.learning_rate == 0.05
+    assert TrainRequest.model_validate({**kubeml, "learning_rate": 0.2}).learning_rate == 0.2
+    assert TrainRequest(**kubeml, learning_rate=0.3).learning_rate == 0.3
+    dumped = request.model_dump(mode="json")
+    assert dumped["learning_rate"] == 0.05 and "lr" not in dumped
+    assert TrainRequest.model_validate(dumped) == request
