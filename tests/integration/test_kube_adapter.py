@@ -27,6 +27,7 @@ from workers.adapters.kubernetes.cache import Informer
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient, WallClock
 from workers.adapters.kubernetes.kinds import ELASTICJOBS, ResourceKind
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
+from workers.adapters.kubernetes.scaler import REMEMBER_READ_S, KubeReplicaScaler
 from workers.settings import Settings
 
 T = TypeVar("T")
@@ -329,18 +330,14 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     counts = server.request_counts()
     assert after == 3 and target_replicas(kube, kind, "trainer") == 3
     assert outside_rbac(counts) == set()
-    # One scale = read the job, read + write the target, one event, one status write.
-    target_calls = (
-        {("get", "jobs"): 1, ("patch", "jobs"): 1}
+    # Right after current_replicas, a scale writes with what that read: the target's
+    # write, one event, one status write; no read.
+    target_read, target_write = (
+        (("get", "jobs"), ("patch", "jobs"))
         if kind == "Job"
-        else {("get", f"{kind.lower()}s/scale"): 1, ("update", f"{kind.lower()}s/scale"): 1}
+        else (("get", f"{kind.lower()}s/scale"), ("update", f"{kind.lower()}s/scale"))
     )
-    assert counts == {
-        ("get", "elasticjobs"): 1,
-        **target_calls,
-        ("create", "events"): 1,
-        ("update", "elasticjobs/status"): 1,
-    }
+    assert counts == {target_write: 1, ("create", "events"): 1, ("update", "elasticjobs/status"): 1}
 
     status = get_elastic_job(kube, "trainer")["status"]
     assert (status["currentReplicas"], status["desiredReplicas"]) == (3, 3)
@@ -356,8 +353,18 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     assert conditions["ScalingLimited"]["status"] == "False"
     assert [e["reason"] for e in events_for(kube, "trainer")] == ["ScaledUp"]
 
+    # On its own, a scale reads the job and the target first.
+    server.reset_request_counts()
     assert scaler.scale("ml/trainer", 2, reason="shrank 3 -> 2") == 2
+    reads = {k: v for k, v in server.request_counts().items() if k[0] == "get"}
+    assert reads == {("get", "elasticjobs"): 1, target_read: 1}
     assert target_replicas(kube, kind, "trainer") == 2
+    # A remembered count that already matches is read again before it is confirmed.
+    assert scaler.current_replicas("ml/trainer") == 2
+    server.reset_request_counts()
+    assert scaler.scale("ml/trainer", 2, reason="confirm") == 2
+    counts = server.request_counts()
+    assert counts[target_read] == 1 and target_write not in counts
     assert sorted(e["reason"] for e in events_for(kube, "trainer")) == ["ScaledDown", "ScaledUp"]
 
 
@@ -441,6 +448,50 @@ def test_conflicts_are_reread_and_retried(
     assert counts[("update", "deployments/scale")] >= 2, "the seed must make a conflict"
     # Each attempt re-reads the Scale before writing again.
     assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")]
+
+
+class SteppedClock:
+    def __init__(self, now: float) -> None:
+        self.now_s = now
+
+    def now(self) -> float:
+        return self.now_s
+
+
+def test_a_stale_remembered_read_is_a_conflict_then_reread(
+    server: Any, kube: KubeClient, adapter: KubeAdapter
+) -> None:
+    create_workload(kube, "Deployment", "moved", replicas=1)
+    create_elastic_job(kube, "moved", max_replicas=8)
+    scaler = adapter.replica_scaler()
+    assert scaler.current_replicas("ml/moved") == 1
+    # Someone else scales in between: the remembered Scale's resourceVersion is stale.
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/moved/scale"
+    scale = kube.request("GET", path)
+    kube.request("PUT", path, body={**scale, "spec": {"replicas": 5}})
+    server.reset_request_counts()
+    assert scaler.scale("ml/moved", 3, reason="grew") == 3
+    counts = server.request_counts()
+    assert target_replicas(kube, "Deployment", "moved") == 3
+    assert counts[("update", "deployments/scale")] == 2  # the stale write, then the fresh one
+    assert counts[("get", "deployments/scale")] == 1  # the re-read after the 409
+
+
+def test_a_remembered_read_expires(server: Any, kube: KubeClient, adapter: KubeAdapter) -> None:
+    create_workload(kube, "Deployment", "later", replicas=1)
+    create_elastic_job(kube, "later", max_replicas=8)
+    clock = SteppedClock(1000.0)
+    scaler = KubeReplicaScaler(adapter.client, clock=clock)
+    assert scaler.current_replicas("ml/later") == 1
+    clock.now_s += REMEMBER_READ_S + 1
+    server.reset_request_counts()
+    assert scaler.scale("ml/later", 2, reason="grew") == 2
+    counts = server.request_counts()
+    assert counts[("get", "deployments/scale")] == 1 and counts[("get", "elasticjobs")] == 1
+    # Used once: the next scale reads again too.
+    server.reset_request_counts()
+    assert scaler.scale("ml/later", 3, reason="grew") == 3
+    assert server.request_counts()[("get", "deployments/scale")] == 1
 
 
 def test_lasting_conflict_is_transient_and_recorded(

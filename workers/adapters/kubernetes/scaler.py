@@ -11,12 +11,19 @@
   401, 403, 404, 422 and other 4xx).
 - After a scale: the ElasticJob's status through ``/status`` and a core/v1
   Event (``ScaledUp``, ``ScaledDown``; ``ScaleFailed`` on errors).
+- The runtime asks ``current_replicas`` just before ``scale``: what that read
+  is remembered for a few seconds and used for the write's first attempt, so
+  a change costs one read, not two. It is used only to change the count (its
+  ``resourceVersion`` makes a stale copy a 409, which re-reads); a count that
+  already looks right is read again before it is confirmed.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,6 +57,10 @@ log = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 CONFLICT = 409
+# How long a read by current_replicas may stand in for scale's first read, and
+# how many such reads are kept (current_replicas without a scale leaves one behind).
+REMEMBER_READ_S = 5.0
+REMEMBERED_READS_MAX = 256
 
 
 def map_error(error: Exception, *, action: str) -> Exception:
@@ -145,6 +156,16 @@ class BatchJobParallelism:
         return int((answer.get("spec") or {}).get("parallelism") or 0)
 
 
+@dataclass(frozen=True)
+class _RememberedRead:
+    """What ``current_replicas`` read: the ElasticJob, and its target's count and object."""
+
+    resource: JsonObject
+    replicas: int
+    target_object: JsonObject
+    at: float
+
+
 class KubeReplicaScaler:
     """Implements ``scheduler_core.ports.ReplicaScaler`` for ElasticJobs (key ``ns/name``)."""
 
@@ -165,6 +186,9 @@ class KubeReplicaScaler:
         self._elastic_jobs = elastic_jobs
         self._resolver = resolver or KindResolver(lambda path: client.request("GET", path))
         self._events = EventRecorder(client, clock=clock, component=component)
+        # job -> its last current_replicas read, taken (once) by the next scale
+        self._reads: OrderedDict[str, _RememberedRead] = OrderedDict()
+        self._reads_lock = threading.Lock()
 
     # --- the port ------------------------------------------------------------
 
@@ -172,10 +196,26 @@ class KubeReplicaScaler:
         namespace, name = split_job_key(job)
         try:
             resource = self._elastic_job(namespace, name)
-            replicas, _ = self._target(resource).read()
+            replicas, target_object = self._target(resource).read()
         except (KubeApiError, KubeConnectionError) as error:
             raise map_error(error, action=f"read replicas of {job}") from error
+        self._remember(job, _RememberedRead(resource, replicas, target_object, self._clock.now()))
         return replicas
+
+    def _remember(self, job: str, read: _RememberedRead) -> None:
+        with self._reads_lock:
+            self._reads[job] = read
+            self._reads.move_to_end(job)
+            while len(self._reads) > REMEMBERED_READS_MAX:
+                self._reads.popitem(last=False)
+
+    def _take_read(self, job: str) -> _RememberedRead | None:
+        """The job's remembered read if still fresh; used once."""
+        with self._reads_lock:
+            read = self._reads.pop(job, None)
+        if read is None or not 0 <= self._clock.now() - read.at <= REMEMBER_READ_S:
+            return None
+        return read
 
     def scale(
         self,
@@ -196,8 +236,9 @@ class KubeReplicaScaler:
         if replicas < 0:
             raise PermanentScaleError(f"{job}: replicas must be >= 0, got {replicas}")
         resource: JsonObject | None = None
+        remembered = self._take_read(job)
         try:
-            resource = self._elastic_job(namespace, name)
+            resource = remembered.resource if remembered else self._elastic_job(namespace, name)
             spec = resource.get("spec") or {}
             target = self._target(resource)
             if spec.get("paused"):
@@ -213,7 +254,13 @@ class KubeReplicaScaler:
                 )
             # EDL: never shrink below min_replicas nor grow above max_replicas.
             desired = max(min_replicas, min(max_replicas, replicas))
-            before, after = self._apply(target, desired)
+            # A remembered count that already looks right is read again before it is confirmed.
+            first_read = (
+                (remembered.replicas, remembered.target_object)
+                if remembered is not None and remembered.replicas != desired
+                else None
+            )
+            before, after = self._apply(target, desired, first_read=first_read)
         except (KubeApiError, KubeConnectionError) as error:
             mapped = map_error(error, action=f"scale {job} to {replicas}")
             if resource is not None:
@@ -267,11 +314,24 @@ class KubeReplicaScaler:
 
     # --- writing ----------------------------------------------------------------
 
-    def _apply(self, target: ScaleTarget, desired: int) -> tuple[int, int]:
-        """(replicas before, replicas after); a conflict is re-read and retried."""
+    def _apply(
+        self,
+        target: ScaleTarget,
+        desired: int,
+        *,
+        first_read: tuple[int, JsonObject] | None = None,
+    ) -> tuple[int, int]:
+        """(replicas before, replicas after); a conflict is re-read and retried.
+
+        ``first_read`` stands in for the first attempt's read (its
+        ``resourceVersion`` still guards the write).
+        """
         first: int | None = None
         for attempt in range(self._conflict_retries + 1):
-            current, read = target.read()
+            if attempt == 0 and first_read is not None:
+                current, read = first_read
+            else:
+                current, read = target.read()
             first = current if first is None else first
             if current == desired:
                 return first, current
