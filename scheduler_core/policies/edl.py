@@ -43,7 +43,6 @@ from scheduler_core.models import (
     ElasticJob,
     JobPhase,
     ScalingPlan,
-    job_key,
 )
 from scheduler_core.node_index import NodeIndex
 from scheduler_core.policies.base import EmptyState, LoadCap, PolicyInput, PolicyResult
@@ -87,7 +86,7 @@ class _Job:
 
     def __init__(self, job: ElasticJob) -> None:
         requests, limits = job.requests, job.limits
-        self.key = job_key(job.namespace, job.name)
+        self.key = job.key
         self.min = job.min_replicas
         self.max = job.max_replicas
         self.current = self.planned = job.current_replicas

@@ -61,9 +61,6 @@ class ParameterServerScaler:
     def replicas_key(self) -> str:
         return self._store.key("ps:replicas")
 
-    def ps_url(self, job: str) -> str | None:
-        return _ps_url(self._store.get_job(job))
-
     def ps_urls(self, jobs: Sequence[str]) -> dict[str, str | None]:
         """``ps_url`` of each job, with one read for all their records."""
         records = self._store.get_jobs(list(jobs))
@@ -174,10 +171,9 @@ class ParameterServerRouter:
 
     def _target(self, job: str) -> ReplicaScaler:
         try:
-            uses_ps = self.parameter_servers.ps_url(job) is not None
+            return self.routed([job])[job]
         except redis.RedisError as error:
             raise TransientScaleError(f"reading {job}'s record: {error}") from error
-        return self.parameter_servers if uses_ps else self.default
 
     def routed(self, jobs: Sequence[str]) -> dict[str, ReplicaScaler]:
         """The scaler of each job, with one read for all of them (a batch's routing).

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Final, Literal
 
@@ -118,14 +119,15 @@ class MetricsRecorder:
     def histogram_key(self, name: str) -> str:
         return f"{self._prefix}metrics:hist:{name}"
 
-    def _increment_all(self, name: str, counts: Mapping[tuple[tuple[str, str], ...], int]) -> None:
-        """Add each label set's count to counter ``name``, all in one round trip."""
+    def _increment_all(self, name: str, label_sets: Iterable[Mapping[str, str]]) -> None:
+        """Add one to counter ``name`` per label set, all in one round trip."""
+        counts = Tally(_field(name, labels) for labels in label_sets)
         if not counts:
             return
         try:
             pipe = self._redis.pipeline(transaction=False)
-            for labels, count in counts.items():
-                pipe.hincrbyfloat(self.counters_key, _field(name, dict(labels)), count)
+            for field, count in counts.items():
+                pipe.hincrbyfloat(self.counters_key, field, count)
             pipe.execute()
         except redis.RedisError as error:
             log.warning("metric %s not recorded: %s", name, error)
@@ -136,11 +138,7 @@ class MetricsRecorder:
 
     def record_scales(self, results: Iterable[ScaleResult]) -> None:
         """The outcomes of one ``scale`` task's commands, in one round trip."""
-        counts: dict[tuple[tuple[str, str], ...], int] = {}
-        for result in results:
-            labels = (("result", result),)
-            counts[labels] = counts.get(labels, 0) + 1
-        self._increment_all(SCALE_OPERATIONS, counts)
+        self._increment_all(SCALE_OPERATIONS, ({"result": result} for result in results))
 
     def record_decision(self, *, policy: str, direction: str) -> None:
         """One scaling decision (``direction`` is up, down or none)."""
@@ -148,11 +146,9 @@ class MetricsRecorder:
 
     def record_decisions(self, decisions: Iterable[tuple[str, str]]) -> None:
         """Scaling decisions as (policy, direction) pairs, in one round trip."""
-        counts: dict[tuple[tuple[str, str], ...], int] = {}
-        for policy, direction in decisions:
-            labels = (("direction", direction), ("policy", policy))
-            counts[labels] = counts.get(labels, 0) + 1
-        self._increment_all(DECISIONS, counts)
+        self._increment_all(
+            DECISIONS, ({"policy": policy, "direction": d} for policy, d in decisions)
+        )
 
     def record_plan(self, plan: ScalingPlan) -> None:
         """Every decision of a plan, in one round trip."""
@@ -160,7 +156,7 @@ class MetricsRecorder:
 
     def record_kube_request(self, *, verb: str, code: int | str) -> None:
         """One Kubernetes API request (``code`` 0 or "error" when no answer came)."""
-        self._increment_all(KUBE_API_REQUESTS, {(("code", str(code)), ("verb", verb.upper())): 1})
+        self._increment_all(KUBE_API_REQUESTS, [{"verb": verb.upper(), "code": str(code)}])
 
     def record_autoscale_round(self, seconds: float) -> None:
         """How long one autoscale round took."""
