@@ -331,13 +331,17 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     assert after == 3 and target_replicas(kube, kind, "trainer") == 3
     assert outside_rbac(counts) == set()
     # Right after current_replicas, a scale writes with what that read: the target's
-    # write, one event, one status write; no read.
+    # write, one event, one status write; no ElasticJob read. Its first write takes no
+    # target read either; a later one follows a re-read (the loopback workload
+    # controller may still be writing the new workload's status: a 409).
     target_read, target_write = (
         (("get", "jobs"), ("patch", "jobs"))
         if kind == "Job"
         else (("get", f"{kind.lower()}s/scale"), ("update", f"{kind.lower()}s/scale"))
     )
-    assert counts == {target_write: 1, ("create", "events"): 1, ("update", "elasticjobs/status"): 1}
+    writes, reads = counts.pop(target_write), counts.pop(target_read, 0)
+    assert writes == reads + 1
+    assert counts == {("create", "events"): 1, ("update", "elasticjobs/status"): 1}
 
     status = get_elastic_job(kube, "trainer")["status"]
     assert (status["currentReplicas"], status["desiredReplicas"]) == (3, 3)
@@ -353,11 +357,12 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     assert conditions["ScalingLimited"]["status"] == "False"
     assert [e["reason"] for e in events_for(kube, "trainer")] == ["ScaledUp"]
 
-    # On its own, a scale reads the job and the target first.
+    # On its own, a scale reads the job, and the target before each write.
     server.reset_request_counts()
     assert scaler.scale("ml/trainer", 2, reason="shrank 3 -> 2") == 2
-    reads = {k: v for k, v in server.request_counts().items() if k[0] == "get"}
-    assert reads == {("get", "elasticjobs"): 1, target_read: 1}
+    counts = server.request_counts()
+    assert counts[("get", "elasticjobs")] == 1
+    assert counts[target_read] == counts[target_write] >= 1
     assert target_replicas(kube, kind, "trainer") == 2
     # A remembered count that already matches is read again before it is confirmed.
     assert scaler.current_replicas("ml/trainer") == 2
@@ -473,8 +478,11 @@ def test_a_stale_remembered_read_is_a_conflict_then_reread(
     assert scaler.scale("ml/moved", 3, reason="grew") == 3
     counts = server.request_counts()
     assert target_replicas(kube, "Deployment", "moved") == 3
-    assert counts[("update", "deployments/scale")] == 2  # the stale write, then the fresh one
-    assert counts[("get", "deployments/scale")] == 1  # the re-read after the 409
+    # The first write used the remembered (stale) read and got a 409; every later
+    # write follows a re-read. (The loopback Deployment controller may bump the
+    # version once more while it catches up with the outside change: another 409.)
+    updates, reads = counts[("update", "deployments/scale")], counts[("get", "deployments/scale")]
+    assert updates >= 2 and updates == reads + 1
 
 
 def test_a_remembered_read_expires(server: Any, kube: KubeClient, adapter: KubeAdapter) -> None:
@@ -487,11 +495,14 @@ def test_a_remembered_read_expires(server: Any, kube: KubeClient, adapter: KubeA
     server.reset_request_counts()
     assert scaler.scale("ml/later", 2, reason="grew") == 2
     counts = server.request_counts()
-    assert counts[("get", "deployments/scale")] == 1 and counts[("get", "elasticjobs")] == 1
+    # Every write follows a read of its own (a remembered read would save the first).
+    assert counts[("get", "elasticjobs")] == 1
+    assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")] >= 1
     # Used once: the next scale reads again too.
     server.reset_request_counts()
     assert scaler.scale("ml/later", 3, reason="grew") == 3
-    assert server.request_counts()[("get", "deployments/scale")] == 1
+    counts = server.request_counts()
+    assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")] >= 1
 
 
 def test_lasting_conflict_is_transient_and_recorded(
