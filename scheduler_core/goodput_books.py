@@ -80,7 +80,9 @@ def ingest_reports(
     apps = dict(apps)
     for job in request.jobs:
         if job.key not in books:
-            books[job.key] = GoodputJob(application=job.application, arrival=request.now)
+            books[job.key] = GoodputJob(
+                application=job.application, arrival=request.now, total_epochs=job.total_epochs
+            )
     for report in request.reports:
         book = books.get(report.job)
         if book is None:

@@ -68,6 +68,8 @@ class ElasticJob(Frozen):
     # The training program and its configuration (e.g. image and batch size):
     # jobs with the same application are expected to scale alike.
     application: str | None = None
+    # Epochs the job trains for (N), when it says so up front.
+    total_epochs: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ElasticJob:

@@ -3,7 +3,9 @@
 ``apply_scale`` / ``apply_scales`` apply absolute targets through the
 replica-scaler port, idempotently and never older than the job's newest
 decision (generations); ``autoscale_once`` runs the cluster planner single-
-flight and stores the plan with its reasons.
+flight over the reports ``schedule`` handed to the cluster policy (consumed
+with the new policy state in one compare-and-set) and stores the plan with
+its reasons.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import LockError
 
 from scheduler_core.models import ClusterResource, ElasticJob, Reason, Resources, ScalingPlan
-from scheduler_core.policies.base import PolicyInput
+from scheduler_core.policies.base import PolicyInput, in_round_order
 from scheduler_core.policies.edl import load_cap
 from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
 from scheduler_core.registry import decide, get_policy, load_state
@@ -224,12 +226,25 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
         policy = settings.cluster_policy
         # Jobs driven by another policy (KubeML per-report) still count in the snapshot.
         candidates = tuple(j for j in jobs if j.policy == policy)
+        # The reports ``schedule`` handed over since the last round (none is
+        # seen twice: the commit below removes exactly these with the new state).
+        inbox = rt.store.read_cluster_round(policy, limit=settings.queue_max_length)
         result = decide(
             policy,
-            PolicyInput(jobs=candidates, cluster=cluster, now=started),
-            state=load_state(policy, rt.store.cluster_policy_state(policy)),
+            PolicyInput(
+                jobs=candidates,
+                cluster=cluster,
+                reports=in_round_order(inbox.reports),
+                now=started,
+            ),
+            state=load_state(policy, inbox.state),
             params=_cluster_params(policy, settings.max_load_desired),
         )
+        rt.faults.pause("autoscale", str(run_id))
+        if not rt.store.commit_cluster_round(inbox, result.state.model_dump_json()):
+            # Another round (this one's lock expired meanwhile) consumed these reports.
+            note = "superseded: another round committed the policy state first"
+            return {"ran": False, "run_id": run_id, "note": note}
         plan: ScalingPlan = result.plan
         rt.metrics.record_plan(plan)
         generations: dict[str, int] = {}
@@ -257,7 +272,6 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
             requests={j.key: j.requests for j in jobs},
         )
         rt.store.save_plan(record, free=free_after(cluster, plan, jobs, settings.max_load_desired))
-        rt.store.save_cluster_policy_state(policy, result.state.model_dump_json())
         for command in changes:
             send_scale(command)
     except Exception as error:

@@ -8,10 +8,12 @@ compare-and-set per job), sends the chunk's scale commands, then acks.
 Only jobs a per-job policy drives are decided here: those submitted through
 ``submit`` (their record names a policy other than the cluster policy), and
 report-only jobs the cluster planner does not know. An ElasticJob the cluster
-policy (EDL) manages, i.e. one with a cluster-policy record or one without a
-record that the newest plan saw, has its reports kept (newest report, for
-``GET /jobs/{id}``) and decided on by nobody here: ``autoscale`` owns its
-target, and a per-report decision would fight it.
+policy manages (one with a cluster-policy record, one without a record that
+the newest plan saw, or one the cluster reader lists under the cluster
+policy) has its reports kept (newest report, for ``GET /jobs/{id}``) and
+handed, exactly once and in epoch order, to the cluster policy's inbox for
+its next round: ``autoscale`` owns its target, and a per-report decision
+would fight it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class _Outcome:
     per_replica: Resources = field(default_factory=Resources)
     newest_report: EpochReport | None = None
     policy: str = ""
+    # Reports handed to the cluster policy (in the same compare-and-set as the cursor).
+    for_cluster: tuple[EpochReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,12 @@ def _schedule_chunk(
     rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources]
 ) -> list[_Outcome]:
     records = rt.store.get_jobs([d.item_id for d in chunk])
-    contexts = [_context(rt, d, records.get(d.item_id), requests) for d in chunk]
+    unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in requests]
+    managed = _cluster_managed(rt, unknown) if unknown else set()
+    contexts = [
+        _context(rt, d, records.get(d.item_id), requests, managed=d.item_id in managed)
+        for d in chunk
+    ]
     active = [c for c in contexts if not c.skip]
     snapshots = rt.store.read_schedule([(c.job, c.policy) for c in active])
     computed = {
@@ -156,8 +165,27 @@ def _schedule_chunk(
     return outcomes
 
 
+def _cluster_managed(rt: Runtime, jobs: list[str]) -> set[str]:
+    """Which of ``jobs`` are ElasticJobs of the cluster policy the newest plan did not see yet.
+
+    A new job's first reports may come before the round that first plans it:
+    they belong to the cluster policy all the same (read once per chunk, only
+    for jobs neither submitted nor in the newest plan).
+    """
+    wanted = set(jobs)
+    policy = rt.settings.cluster_policy
+    return {
+        j.key for j in rt.cluster_reader.elastic_jobs() if j.key in wanted and j.policy == policy
+    }
+
+
 def _context(
-    rt: Runtime, delivery: Delivery, record: JobRecord | None, requests: dict[str, Resources]
+    rt: Runtime,
+    delivery: Delivery,
+    record: JobRecord | None,
+    requests: dict[str, Resources],
+    *,
+    managed: bool = False,
 ) -> _Context:
     admission = delivery.queue == WAIT
     cluster_policy = rt.settings.cluster_policy
@@ -165,9 +193,10 @@ def _context(
         policy = record.policy
         report_only = policy == cluster_policy
     else:
-        # No submission: a job the planner saw is an ElasticJob it manages (EDL);
-        # one it never saw is a report-only job (KubeML UpdateTask without CreateTask).
-        report_only = delivery.item_id in requests
+        # No submission: an ElasticJob of the cluster policy (the planner saw it,
+        # or the cluster reader lists it) has its reports go to the cluster policy;
+        # any other is a report-only job (KubeML UpdateTask without CreateTask).
+        report_only = delivery.item_id in requests or managed
         policy = cluster_policy if report_only else rt.settings.job_policy
     return _Context(
         delivery=delivery,
@@ -200,7 +229,13 @@ def _schedule_single(rt: Runtime, context: _Context) -> _Outcome:
 def _commit(outcome: _Outcome) -> ScheduleWrite | None:
     if outcome.cursor is None:
         return None
-    return outcome.new_state, outcome.cursor, outcome.record, outcome.newest_report
+    return ScheduleWrite(
+        state=outcome.new_state,
+        cursor=outcome.cursor,
+        record=outcome.record,
+        newest_report=outcome.newest_report,
+        for_cluster=outcome.for_cluster,
+    )
 
 
 def _compute(
@@ -267,7 +302,12 @@ def _compute(
 def _keep_reports(
     rt: Runtime, context: _Context, fresh: list[Any], state_raw: str | None, cursor: ScheduleCursor
 ) -> _Outcome:
-    """A cluster-managed job's reports: kept as its newest observation, decided on by nobody."""
+    """A cluster-managed job's reports: handed to the cluster policy's next round.
+
+    Exactly once and in epoch order: the reports go into the cluster policy's
+    inbox in the same compare-and-set that moves the job's cursor past them,
+    so a redelivery (a worker killed mid-schedule) finds them already taken.
+    """
     reports = _in_epoch_order(_reports(rt, fresh), after=cursor.last_epoch)
     last_epoch = max((r.epoch for r in reports if r.epoch is not None), default=cursor.last_epoch)
     cursor = cursor.model_copy(
@@ -279,6 +319,7 @@ def _keep_reports(
         cursor=cursor,
         newest_report=reports[-1] if reports else None,
         policy=context.policy,
+        for_cluster=reports,
     )
 
 

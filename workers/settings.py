@@ -43,7 +43,8 @@ class Settings(BaseSettings):
     lease_sweep_interval: float = Field(default=5.0, gt=0)
 
     # --- Policies ---
-    cluster_policy: str = "edl"
+    # goodput: shortest estimated remaining time first (GPU jobs); edl: EDL's fair planner.
+    cluster_policy: str = "goodput"
     job_policy: str = "throughput"
     max_load_desired: float = Field(default=0.97, gt=0, le=1)
 

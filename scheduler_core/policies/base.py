@@ -80,6 +80,16 @@ class LoadCap(PolicyParams):
     max_load_desired: float = Field(default=0.97, gt=0, le=1)
 
 
+def in_round_order(reports: Sequence[EpochReport]) -> tuple[EpochReport, ...]:
+    """A round's reports in the order every caller hands them to a policy.
+
+    By the reporter's time, ties by job (stable: one job's reports keep their
+    order). The simulator and the runtime's ``autoscale`` both use it, so a
+    round's reports reach the policy identically in both.
+    """
+    return tuple(sorted(reports, key=lambda r: (r.at, r.job)))
+
+
 def sorted_jobs(jobs: Sequence[ElasticJob]) -> list[ElasticJob]:
     """Jobs in a canonical order, so input order never changes a plan."""
     return sorted(jobs, key=lambda j: (j.namespace, j.name))

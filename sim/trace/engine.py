@@ -33,7 +33,13 @@ from scheduler_core.models import (
     NodeResources,
     Resources,
 )
-from scheduler_core.policies.base import PolicyInput, PolicyParams, PolicyResult, PolicyState
+from scheduler_core.policies.base import (
+    PolicyInput,
+    PolicyParams,
+    PolicyResult,
+    PolicyState,
+    in_round_order,
+)
 from scheduler_core.registry import decide, get_policy
 from sim.trace.packing import GpuNodes, grow, node_name, shrink
 from sim.trace.results import JobResult, SimResult
@@ -218,7 +224,7 @@ class _Simulation:
         )
 
     def _round(self, active: list[_Job], state: PolicyState | None, now: float) -> PolicyState:
-        reports = tuple(sorted(self.pending_reports, key=lambda r: r.at))
+        reports = in_round_order(self.pending_reports)
         self.pending_reports = []
         request = PolicyInput.model_construct(
             jobs=tuple(self._model(job) for job in active),

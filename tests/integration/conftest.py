@@ -52,6 +52,8 @@ BASE_ENV = {
     "TRAINSCALER_AUTOSCALE_INTERVAL": "1",
     "TRAINSCALER_METRICS_INTERVAL": "1",
     "TRAINSCALER_LEASE_SWEEP_INTERVAL": "1",
+    # The static cluster's jobs are EDL's (ElasticJob's own default); goodput's tests set it.
+    "TRAINSCALER_CLUSTER_POLICY": "edl",
 }
 
 T = TypeVar("T")

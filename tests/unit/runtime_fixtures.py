@@ -28,9 +28,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture
 def rt(server: EmbeddedRedis) -> Iterator[Runtime]:
-    """A runtime on a flushed Redis with the recording scaler and no load cap."""
+    """A runtime on a flushed Redis with the recording scaler, no load cap and EDL."""
     runtime = Runtime(
-        Settings(redis_url=server.url, scaler="recording", max_load_desired=1.0),
+        # EDL's semantics are what these tests pin down; goodput's runtime tests set it.
+        Settings(
+            redis_url=server.url, scaler="recording", max_load_desired=1.0, cluster_policy="edl"
+        ),
         clock=FixedClock(),
     )
     runtime.redis.flushall()

@@ -82,8 +82,27 @@ class Reservation:
     constrained: bool
 
 
-# New policy state, cursor, decision to record (or None), newest report seen (or None).
-ScheduleWrite = tuple[str, ScheduleCursor, DecisionRecord | None, EpochReport | None]
+@dataclass(frozen=True)
+class ScheduleWrite:
+    """What one job's schedule compare-and-set writes."""
+
+    state: str
+    cursor: ScheduleCursor
+    # The decision to record (None: none).
+    record: DecisionRecord | None = None
+    # The newest report seen (None: none).
+    newest_report: EpochReport | None = None
+    # Reports handed to the cluster policy's inbox (a job the cluster policy manages).
+    for_cluster: tuple[EpochReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterRound:
+    """One read of the cluster policy's state and the reports waiting for it."""
+
+    policy: str
+    state: str | None
+    reports: tuple[EpochReport, ...]
 
 
 @dataclass(frozen=True)

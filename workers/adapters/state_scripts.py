@@ -43,6 +43,23 @@ if ARGV[7] ~= '' then
 end
 redis.call('SADD', KEYS[6], ARGV[9])
 if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
+-- Reports for the cluster policy: into its inbox in the same step as the cursor
+-- that says they were taken, so each is handed over exactly once.
+for i = 11, #ARGV do redis.call('RPUSH', KEYS[7], ARGV[i]) end
+return 1
+"""
+
+
+# A cluster round's commit: the new policy state, and the reports it consumed
+# (the inbox's first ARGV[3]) removed, only if nobody committed a round since
+# this one read the state. Reports pushed meanwhile stay for the next round.
+COMMIT_CLUSTER_ROUND = r"""
+local value = redis.call('GET', KEYS[1])
+if not value then value = '' end
+if value ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+local consumed = tonumber(ARGV[3])
+if consumed > 0 then redis.call('LTRIM', KEYS[2], consumed, -1) end
 return 1
 """
 

@@ -21,6 +21,9 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
   (written with the schedule state, by the same compare-and-set).
 * ``P plan:latest`` STRING ``PlanRecord`` JSON; ``P plan:history`` LIST, newest first.
 * ``P cluster:policy:<policy>`` STRING the cluster policy's state.
+* ``P cluster:policy:<policy>:inbox`` LIST ``EpochReport`` JSON handed to the
+  cluster policy by ``schedule`` (with the job's cursor, in one compare-and-set)
+  and removed by the round that consumed them (with the new state, in one).
 * ``P capacity:free`` HASH cpu_milli / memory_mega / gpu the newest plan leaves free.
 * ``P autoscale:runs`` LIST ``AutoscaleRun`` JSON, newest first, bounded;
   ``P autoscale:run_id`` counter; ``P autoscale:skipped`` runs that found the lock held.
@@ -46,6 +49,7 @@ from workers.adapters import state_scripts as scripts
 from workers.adapters.state_records import (
     AppliedTarget,
     AutoscaleRun,
+    ClusterRound,
     ConcurrentUpdateError,
     DecisionRecord,
     JobRecord,
@@ -73,6 +77,7 @@ class StateStore:
         self._compare_and_set = client.register_script(scripts.COMPARE_AND_SET)
         self._begin_scales = client.register_script(scripts.BEGIN_SCALES)
         self._finish_scales = client.register_script(scripts.FINISH_SCALES)
+        self._commit_cluster_round = client.register_script(scripts.COMMIT_CLUSTER_ROUND)
 
     def key(self, suffix: str) -> str:
         return f"{self.prefix}{suffix}"
@@ -152,7 +157,7 @@ class StateStore:
         for snapshot, write in writes:
             if write is None:
                 continue
-            new_state, new_cursor, record, report = write
+            record, report = write.record, write.newest_report
             job = snapshot.job
             self._compare_and_set(
                 keys=[
@@ -162,18 +167,20 @@ class StateStore:
                     self.job_key(job, "decisions"),
                     self.job_key(job, "last_report"),
                     self.key("jobs"),
+                    self.inbox_key(snapshot.policy),
                 ],
                 args=[
                     snapshot.state or "",
                     snapshot.cursor_raw or "",
                     snapshot.generation_raw or "",
-                    new_state,
-                    new_cursor.model_dump_json(),
+                    write.state,
+                    write.cursor.model_dump_json(),
                     "" if record is None else str(record.generation),
                     "" if record is None else record.model_dump_json(),
                     self.history,
                     job,
                     "" if report is None else report.model_dump_json(),
+                    *(r.model_dump_json() for r in write.for_cluster),
                 ],
                 client=pipe,
             )
@@ -359,8 +366,35 @@ class StateStore:
     def cluster_policy_state(self, policy: str) -> str | None:
         return _opt_text(self.redis.get(self.key(f"cluster:policy:{policy}")))
 
-    def save_cluster_policy_state(self, policy: str, state_json: str) -> None:
-        self.redis.set(self.key(f"cluster:policy:{policy}"), state_json)
+    def inbox_key(self, policy: str) -> str:
+        """The reports waiting for cluster policy ``policy``'s next round (a LIST)."""
+        return self.key(f"cluster:policy:{policy}:inbox")
+
+    def read_cluster_round(self, policy: str, *, limit: int) -> ClusterRound:
+        """The cluster policy's state and up to ``limit`` waiting reports, in one read."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.key(f"cluster:policy:{policy}"))
+        pipe.lrange(self.inbox_key(policy), 0, limit - 1)
+        state, raw = pipe.execute()
+        reports = tuple(EpochReport.model_validate_json(r) for r in raw)
+        return ClusterRound(policy=policy, state=_opt_text(state), reports=reports)
+
+    def commit_cluster_round(self, read: ClusterRound, new_state: str) -> bool:
+        """Store a round's new state and drop the reports it consumed, atomically.
+
+        Applies only if the state is still the one ``read`` saw: a second
+        round that read the same reports (an autoscale lock that expired under
+        a stalled worker) cannot count them again. Reports that arrived after
+        the read stay in the inbox for the next round.
+        """
+        done = self._commit_cluster_round(
+            keys=[self.key(f"cluster:policy:{read.policy}"), self.inbox_key(read.policy)],
+            args=[read.state or "", new_state, len(read.reports)],
+        )
+        return bool(int(done))
+
+    def inbox_length(self, policy: str) -> int:
+        return int(self.redis.llen(self.inbox_key(policy)))
 
     # --- autoscale runs --------------------------------------------------------
 
@@ -445,6 +479,7 @@ def dumps(value: Any) -> str:
 __all__ = [
     "AppliedTarget",
     "AutoscaleRun",
+    "ClusterRound",
     "ConcurrentUpdateError",
     "DecisionRecord",
     "JobRecord",

@@ -11,7 +11,7 @@ from statistics import fmean
 from typing import Any
 
 from scheduler_core.models import EpochReport, ScalingDecision
-from scheduler_core.policies.base import PolicyInput
+from scheduler_core.policies.base import PolicyInput, in_round_order
 from scheduler_core.registry import decide, get_policy, load_state
 from workers.adapters.state_store import DecisionRecord, JobRecord, StateStore
 from workers.api.schemas import (
@@ -156,10 +156,14 @@ def preview_plan(rt: Runtime, *, policy: str | None = None) -> PlanPreview:
     cluster = rt.cluster_reader.inquire()
     candidates = tuple(j for j in jobs if j.policy == name)
     now = rt.clock.now()
+    # What the next round will see: the stored state and the reports waiting for it.
+    inbox = rt.store.read_cluster_round(name, limit=rt.settings.queue_max_length)
     result = decide(
         name,
-        PolicyInput(jobs=candidates, cluster=cluster, now=now),
-        state=load_state(name, rt.store.cluster_policy_state(name)),
+        PolicyInput(
+            jobs=candidates, cluster=cluster, reports=in_round_order(inbox.reports), now=now
+        ),
+        state=load_state(name, inbox.state),
         params=cluster_params(name, rt.settings.max_load_desired),
     )
     return PlanPreview(

@@ -143,6 +143,7 @@ class KubeAdapter:
             self.client,
             gpu_resource=self._settings.gpu_resource,
             sync_timeout=self._settings.kube_cache_sync_timeout,
+            default_policy=self._settings.cluster_policy,
         )
 
     def replica_scaler(self) -> KubeReplicaScaler:

@@ -55,7 +55,31 @@ _SPEC_SCHEMA: dict[str, Any] = {
         },
         "minReplicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
         "maxReplicas": {"type": "integer", "format": "int32", "minimum": 0},
-        "policy": {"type": "string", "default": "edl"},
+        "policy": {
+            "type": "string",
+            "minLength": 1,
+            "description": (
+                "The cluster policy that plans this job; omitted: the runtime's "
+                "TRAINSCALER_CLUSTER_POLICY (default goodput)."
+            ),
+        },
+        "application": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 253,
+            "pattern": "^[^\\s]+$",
+            "description": (
+                "The training program and its configuration, e.g. 'yolov3/batch-64': "
+                "jobs of one application are expected to scale alike (goodput starts "
+                "a new job from what earlier ones measured)."
+            ),
+        },
+        "epochs": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 1,
+            "description": "Epochs the job trains for (N): goodput's remaining-work estimate.",
+        },
         "defaultParallelism": {"type": "integer", "format": "int32", "minimum": 1, "default": 1},
         "paused": {
             "type": "boolean",

@@ -3,7 +3,8 @@
 Pure conversion over the JSON dicts the API server returns; the reader feeds
 it from the cache. The rules, from the issue:
 
-- ``min``/``max``, policy, default parallelism and ``paused`` from the CR spec;
+- ``min``/``max``, policy (absent: the cluster policy), default parallelism,
+  ``paused``, ``application`` and ``epochs`` from the CR spec;
 - per-replica requests and limits from the target's pod template (a custom
   resource behind ``/scale`` has no template we know of: one of its pods
   stands in for it);
@@ -128,8 +129,13 @@ def elastic_job(
     target_pods: Sequence[JsonObject],
     *,
     gpu_resource: str,
+    default_policy: str = "edl",
 ) -> ElasticJob:
-    """The core's view of one ElasticJob (raises ``ValueError`` on an invalid spec)."""
+    """The core's view of one ElasticJob (raises ``ValueError`` on an invalid spec).
+
+    A spec without ``policy`` belongs to ``default_policy`` (the runtime's
+    cluster policy).
+    """
     namespace, name = namespace_and_name(resource)
     spec = _mapping(resource.get("spec"))
     template = target.pod_template
@@ -152,8 +158,14 @@ def elastic_job(
         phase=phase,
         requests=requests,
         limits=limits,
-        policy=str(spec.get("policy") or "edl"),
+        policy=str(spec.get("policy") or default_policy),
         default_parallelism=int(spec.get("defaultParallelism") or 1),
         all_pods_unschedulable=pending,
         paused=bool(spec.get("paused", False)),
+        application=_optional_text(spec.get("application")),
+        total_epochs=int(spec["epochs"]) if spec.get("epochs") is not None else None,
     )
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)

@@ -46,7 +46,9 @@ class KubeClusterReader:
         gpu_resource: str,
         sync_timeout: float = 30.0,
         resolver: KindResolver | None = None,
+        default_policy: str = "edl",
     ) -> None:
+        self._default_policy = default_policy
         self._cache = cache
         self._client = client
         self._gpu_resource = gpu_resource
@@ -77,7 +79,13 @@ class KubeClusterReader:
             target_pods = pods_of(target, namespace, pods_by_namespace.get(namespace, []))
             try:
                 found.append(
-                    elastic_job(resource, target, target_pods, gpu_resource=self._gpu_resource)
+                    elastic_job(
+                        resource,
+                        target,
+                        target_pods,
+                        gpu_resource=self._gpu_resource,
+                        default_policy=self._default_policy,
+                    )
                 )
             except ValueError as error:
                 log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
