@@ -126,10 +126,10 @@ def test_each_report_is_counted_once_across_rounds_and_redeliveries(rt: Runtime)
             _autoscale(rt)
     _autoscale(rt)
     books = _books(rt).jobs
-    for job, iterations in sent.items():
+    for job, counts in sent.items():
         book = books[f"default/{job}"]
         assert book.epochs_done == 6
-        assert book.units_done == float(sum(iterations))
+        assert book.units_done == float(sum(counts))
 
 
 def test_a_report_arriving_while_a_round_runs_goes_to_the_next_round(rt: Runtime) -> None:
