@@ -168,11 +168,20 @@ class TrainRequest(Frozen):
 
 
 class TaskState(Frozen):
-    """KubeML ``JobState``: the parallelism a job runs with and its last epoch time."""
+    """KubeML ``JobState``: the parallelism a job runs with and its last epoch time.
+
+    trainscaler additions (optional; what the ``goodput`` policy learns from):
+    the epoch k just finished, the epoch count N, the iterations of that epoch
+    and the nodes its replicas ran on.
+    """
 
     parallelism: Annotated[int, Field(ge=1)] = 1
     # Seconds the last epoch took; None before the first epoch ends.
     elapsed_time: Annotated[float, Field(gt=0)] | None = None
+    epoch: NonNegativeInt | None = None
+    total_epochs: Annotated[int, Field(ge=1)] | None = None
+    iterations: NonNegativeInt | None = None
+    nodes: Annotated[int, Field(ge=1)] | None = None
 
 
 class TrainTask(Frozen):

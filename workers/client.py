@@ -53,10 +53,17 @@ def task_job_key(task: TrainTask) -> str:
 
 def report_from_task(task: TrainTask, *, at: float) -> EpochReport:
     """KubeML's end-of-epoch ``TrainTask`` as the runtime's ``EpochReport``."""
+    state = task.state
     return EpochReport(
         job=task_job_key(task),
-        replicas=task.state.parallelism,
-        epoch_time_s=task.state.elapsed_time,
+        replicas=state.parallelism,
+        epoch_time_s=state.elapsed_time,
+        epoch=state.epoch,
+        total_epochs=state.total_epochs
+        if state.total_epochs is not None
+        else task.parameters.epochs,
+        iterations=state.iterations,
+        nodes=state.nodes,
         at=at,
     )
 
