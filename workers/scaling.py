@@ -25,6 +25,7 @@ from scheduler_core.policies.edl import load_cap
 from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
 from scheduler_core.registry import decide, get_policy, load_state
 from workers.adapters.state_store import AppliedTarget, AutoscaleRun, DecisionRecord, PlanRecord
+from workers.settings import Settings
 from workers.wiring import Runtime
 
 
@@ -238,7 +239,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
                 now=started,
             ),
             state=load_state(policy, inbox.state),
-            params=_cluster_params(policy, settings.max_load_desired),
+            params=cluster_params(policy, settings),
         )
         rt.faults.pause("autoscale", str(run_id))
         if not rt.store.commit_cluster_round(inbox, result.state.model_dump_json()):
@@ -293,9 +294,12 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
     return {"ran": True, "run_id": run_id, "changes": len(changes)}
 
 
-def _cluster_params(policy: str, max_load_desired: float) -> dict[str, Any]:
-    fields = get_policy(policy).params_type.model_fields
-    return {"max_load_desired": max_load_desired} if "max_load_desired" in fields else {}
+def cluster_params(policy: str, settings: Settings) -> dict[str, Any]:
+    """The cluster policy's parameters: its settings entry, plus the load cap if it takes one."""
+    params: dict[str, Any] = dict(settings.cluster_policy_params.get(policy, {}))
+    if "max_load_desired" in get_policy(policy).params_type.model_fields:
+        params.setdefault("max_load_desired", settings.max_load_desired)
+    return params
 
 
 def free_after(

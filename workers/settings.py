@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     # goodput: shortest estimated remaining time first (GPU jobs); edl: EDL's fair planner.
     cluster_policy: str = "goodput"
     job_policy: str = "throughput"
+    # Parameters of the cluster policies, by policy (JSON), e.g.
+    # {"goodput": {"efficiency_threshold": 0.8}}; the load cap below is added.
+    cluster_policy_params: dict[str, dict[str, float | int | bool | str]] = {}
     max_load_desired: float = Field(default=0.97, gt=0, le=1)
 
     # --- Queue ---

@@ -143,6 +143,8 @@ class _Plan:
     settled: bool
     alloc: int = 0
     rank: int = 0
+    # The key the jobs were ordered by (rank_s, divided for a running job).
+    order_s: float = 0.0
     placements: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -276,6 +278,7 @@ def _allocate(
     unclaimed = sum(free.values())
     for rank, plan in enumerate(order):
         plan.rank = rank
+        plan.order_s = key(plan)[0]
         want = plan.want
         if not plan.known or not plan.settled:
             # Blind: keep what it runs with, grow only into GPUs nobody holds.
@@ -353,6 +356,7 @@ def _decision(plan: _Plan, params: GoodputParams, now: float) -> tuple[ScalingDe
     numbers: dict[str, float | int | str | None] = {
         "rank": plan.rank,
         "rank_s": _round(plan.rank_s),
+        "order_s": _round(plan.order_s),
         "estimated_remaining_s": _round(remaining_now),
         "efficient_size": plan.efficient,
         "efficiency_threshold": params.efficiency_threshold,

@@ -25,6 +25,9 @@ class EpochCurve(Protocol):
 
     def epoch_seconds(self, replicas: int) -> float: ...
 
+    @property
+    def iterations_per_epoch(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class SyntheticCurve:
@@ -37,6 +40,10 @@ class SyntheticCurve:
     @property
     def source(self) -> str:
         return "synthetic"
+
+    @property
+    def iterations_per_epoch(self) -> int:
+        return 100
 
     def epoch_seconds(self, replicas: int) -> float:
         n = max(1, replicas)
@@ -55,6 +62,11 @@ class TraceCurve:
     @property
     def source(self) -> str:
         return f"trace:{self.trace.name}"
+
+    @property
+    def iterations_per_epoch(self) -> int:
+        """Iterations of the first epoch at the job's batch size (every epoch here)."""
+        return self.trace.epoch_ends(self.batch_size)[0]
 
     def placement(self, replicas: int) -> list[int]:
         """Replicas packed onto as few nodes as possible (full nodes first)."""

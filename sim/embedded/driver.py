@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -80,6 +80,10 @@ class JobView:
     error: str = ""
     last_rule: str = ""
     last_reason: str = ""
+    # From the newest cluster plan's decision numbers (goodput): None when not given.
+    remaining_s: float | None = None
+    efficient_size: int | None = None
+    rank: int | None = None
     history: list[int] = field(default_factory=list)
 
     @property
@@ -111,12 +115,22 @@ def train_request(spec: JobSpec, *, namespace: str, ps_url: str | None) -> dict[
 
 
 def train_task(
-    job_id: str, request: dict[str, Any], *, parallelism: int, elapsed: float | None
+    job_id: str,
+    request: dict[str, Any],
+    *,
+    parallelism: int,
+    elapsed: float | None,
+    epoch: int | None = None,
+    iterations: int | None = None,
+    nodes: int | None = None,
 ) -> dict[str, Any]:
-    """KubeML ``TrainTask``: identity, parameters and the state after an epoch."""
+    """KubeML ``TrainTask``: identity, parameters and the state after an epoch
+    (with trainscaler's optional epoch k, iterations and nodes)."""
     state: dict[str, Any] = {"parallelism": max(1, parallelism)}
     if elapsed is not None:
         state["elapsed_time"] = round(elapsed, 4)
+    extra = {"epoch": epoch, "iterations": iterations, "nodes": nodes}
+    state.update({k: v for k, v in extra.items() if v is not None})
     return {"job_id": job_id, "parameters": request, "state": state}
 
 
@@ -186,6 +200,19 @@ class JobDriver:
             view = self._views[name]
             view.last_rule, view.last_reason = rule, reason
 
+    def annotate_numbers(self, name: str, numbers: Mapping[str, Any]) -> None:
+        """The numbers of the job's decision in the newest plan (goodput's estimates)."""
+        remaining, efficient, rank = (
+            numbers.get("estimated_remaining_s"),
+            numbers.get("efficient_size"),
+            numbers.get("rank"),
+        )
+        with self._lock:
+            view = self._views[name]
+            view.remaining_s = float(remaining) if isinstance(remaining, int | float) else None
+            view.efficient_size = int(efficient) if isinstance(efficient, int) else None
+            view.rank = int(rank) if isinstance(rank, int) else None
+
     def _count_restart(self, name: str) -> None:
         with self._lock:
             self._views[name].restarts += 1
@@ -229,7 +256,9 @@ class JobDriver:
             replicas=spec.initial_replicas,
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
-            policy="edl",
+            # No policy: the runtime's cluster policy (goodput by default) plans it.
+            identity=f"{spec.application}/batch-{spec.batch_size}",
+            epochs=spec.epochs,
         )
         request = train_request(spec, namespace=namespace, ps_url=None)
         self._update(spec.name, key=f"{namespace}/{spec.name}", job_id=spec.name, state="pending")
@@ -243,9 +272,8 @@ class JobDriver:
                 continue
             epoch_s = self._curves[spec.name].epoch_seconds(ready)
             self._update(spec.name, state="training")
-            finished = self._train_epoch(
-                spec, ready=ready, wall_s=self._wall_seconds(spec, epoch_s)
-            )
+            wall_s = self._wall_seconds(spec, epoch_s)
+            finished = self._train_epoch(spec, ready=ready, wall_s=wall_s)
             if self._stop.is_set():
                 return
             if not finished:
@@ -254,7 +282,18 @@ class JobDriver:
                 self._count_restart(spec.name)
                 continue
             epoch += 1
-            self._report(spec, spec.name, request, parallelism=ready, epoch_s=epoch_s, epoch=epoch)
+            # The cluster policy (goodput) times epochs against its own rounds,
+            # so an ElasticJob reports the seconds it really trained, as a real
+            # job would; the table still shows the curve's (trace) epoch time.
+            self._report(
+                spec,
+                spec.name,
+                request,
+                parallelism=ready,
+                epoch_s=epoch_s,
+                epoch=epoch,
+                reported_s=wall_s,
+            )
         self._finish(spec, spec.name)
         if not self._stop.is_set():
             # A finished job gives its GPUs back, as a completed training run would.
@@ -308,8 +347,16 @@ class JobDriver:
         parallelism: int,
         epoch_s: float,
         epoch: int,
+        reported_s: float | None = None,
     ) -> int | None:
-        task = train_task(job_id, request, parallelism=parallelism, elapsed=epoch_s)
+        task = train_task(
+            job_id,
+            request,
+            parallelism=parallelism,
+            elapsed=epoch_s if reported_s is None else reported_s,
+            epoch=epoch,
+            iterations=self._curves[spec.name].iterations_per_epoch,
+        )
         try:
             answered = self._api.report(task)
         except ApiCallError as error:

@@ -77,18 +77,23 @@ def elastic_job_manifest(
     *,
     min_replicas: int,
     max_replicas: int,
-    policy: str,
+    policy: str | None = None,
+    application: str | None = None,
+    epochs: int | None = None,
 ) -> dict[str, Any]:
+    """An ElasticJob; no ``policy``: the runtime's cluster policy plans it."""
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+    }
+    optional = {"policy": policy, "application": application, "epochs": epochs}
+    spec.update({k: v for k, v in optional.items() if v is not None})
     return {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
         "metadata": {"name": name},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": min_replicas,
-            "maxReplicas": max_replicas,
-            "policy": policy,
-        },
+        "spec": spec,
     }
 
 
@@ -119,14 +124,25 @@ class ClusterJobs:
         replicas: int,
         min_replicas: int,
         max_replicas: int,
-        policy: str,
+        policy: str | None = None,
+        identity: str | None = None,
+        epochs: int | None = None,
     ) -> None:
-        """Create (or leave in place) the job's Deployment and ElasticJob."""
+        """Create (or leave in place) the job's Deployment and ElasticJob.
+
+        ``identity`` is the ElasticJob's ``application`` (program and batch size).
+        """
         deployment: Any = deployment_manifest(
             name, replicas=replicas, gpu_resource=self.gpu_resource, application=application
         )
         elastic: Any = elastic_job_manifest(
-            self._kind, name, min_replicas=min_replicas, max_replicas=max_replicas, policy=policy
+            self._kind,
+            name,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            policy=policy,
+            application=identity,
+            epochs=epochs,
         )
         with _exists_ok():
             self._apps.create_namespaced_deployment(self.namespace, deployment)

@@ -3,7 +3,8 @@
 A poller thread refreshes, every ``interval`` seconds, each job's newest
 decision and its reason (``GET /jobs/{id}``) and the cluster's GPU use; the
 table shows per job replicas (desired and ready), min/max, EDL fulfillment,
-the last epoch time, the last decision with its reason, and a footer with
+the last epoch time, goodput's estimated remaining time, efficient size and
+rank (the newest plan's numbers), the last decision with its reason, and a footer with
 GPU use and the URLs. ``--no-table`` prints one line per change instead, for
 tests and CI logs.
 """
@@ -42,6 +43,13 @@ def _reason_of(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if isinstance(decision, Mapping):
         return _reason_of(decision)
     return None
+
+
+def planned_numbers(answer: Any) -> Mapping[str, Any] | None:
+    """The numbers of the job's decision in the newest cluster plan (``planned``)."""
+    planned = answer.get("planned") if isinstance(answer, Mapping) else None
+    numbers = planned.get("numbers") if isinstance(planned, Mapping) else None
+    return numbers if isinstance(numbers, Mapping) else None
 
 
 def latest_decision(answer: Any) -> tuple[str, str] | None:
@@ -107,15 +115,19 @@ class StatusPoller:
             if not view.key:
                 continue
             try:
+                answer = self._api.job(view.key)
                 if view.mode == "elasticjob":
                     # Its decisions come from the autoscaler; the scaler writes them on the CR.
                     found = self._cluster.last_decision(view.name)
                 else:
-                    found = latest_decision(self._api.job(view.key))
+                    found = latest_decision(answer)
             except Exception:  # shown as "no decision yet"; the next poll retries
                 continue
             if found is not None:
                 self._driver.annotate(view.name, rule=found[0], reason=found[1])
+            numbers = planned_numbers(answer)
+            if numbers is not None:
+                self._driver.annotate_numbers(view.name, numbers)
         try:
             gpu = self._cluster.gpu_use()
             error = ""
@@ -139,6 +151,14 @@ def _epoch_time(view: JobView) -> str:
     return f"{view.epoch_time_s:,.1f}s" if view.epoch_time_s is not None else "-"
 
 
+def _remaining(view: JobView) -> str:
+    return f"{view.remaining_s:,.0f}s" if view.remaining_s is not None else "-"
+
+
+def _number(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def render_table(
     views: Iterable[JobView], *, status: ClusterStatus, urls: Mapping[str, str], elapsed_s: float
 ) -> Table:
@@ -150,6 +170,9 @@ def render_table(
         expand=True,
     )
     for column in ("job", "kind", "replicas", "min/max", "fulfil", "epoch", "epoch time"):
+        table.add_column(column, no_wrap=True)
+    # goodput's numbers from the newest plan: estimated remaining time, efficient size, rank.
+    for column in ("est. left", "eff. size", "rank"):
         table.add_column(column, no_wrap=True)
     table.add_column("last decision and reason", overflow="fold")
     for view in views:
@@ -167,6 +190,9 @@ def render_table(
             _fulfillment(view),
             f"{view.epoch} {view.state}",
             _epoch_time(view),
+            _remaining(view),
+            _number(view.efficient_size),
+            _number(view.rank),
             reason,
         )
     return table
@@ -184,7 +210,9 @@ def change_lines(views: Iterable[JobView], previous: dict[str, tuple[Any, ...]])
             f"job {view.name} kind={view.mode} replicas={view.desired} ready={view.ready} "
             f"min={view.min_replicas} max={view.max_replicas} "
             f"fulfillment={_fulfillment(view)} epoch={view.epoch} "
-            f"epoch_time={_epoch_time(view)} state={view.state} scales={view.scale_events} "
+            f"epoch_time={_epoch_time(view)} est_left={_remaining(view)} "
+            f"efficient={_number(view.efficient_size)} rank={_number(view.rank)} "
+            f"state={view.state} scales={view.scale_events} "
             f"decision={view.last_rule or '-'} reason={view.last_reason or '-'}"
         )
     return lines

@@ -94,6 +94,8 @@ class JobDetail(JobSummary):
     mean_epoch_time_s: float | None = None
     throughput_epochs_per_hour: float | None = None
     decisions: list[DecisionView] = []
+    # This job's decision in the newest cluster plan (kept ones too, with their numbers).
+    planned: DecisionView | None = None
 
 
 class PlanPreview(View):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from statistics import fmean
-from typing import Any
 
 from scheduler_core.models import EpochReport, ScalingDecision
 from scheduler_core.policies.base import PolicyInput, in_round_order
-from scheduler_core.registry import decide, get_policy, load_state
+from scheduler_core.registry import decide, load_state
 from workers.adapters.state_store import DecisionRecord, JobRecord, StateStore
 from workers.api.schemas import (
     AppliedView,
@@ -26,6 +25,7 @@ from workers.api.schemas import (
     QueueView,
 )
 from workers.observability.metrics import CELERY_QUEUES
+from workers.scaling import cluster_params
 from workers.wiring import Runtime
 
 RECENT_EPOCHS = 20
@@ -129,8 +129,11 @@ def job_detail(store: StateStore, job: str) -> JobDetail:
     times = [e.epoch_time_s for e in epochs if e.epoch_time_s]
     mean_time = fmean(times) if times else None
     applied = store.applied(job)
+    plan = store.latest_plan()
+    planned = plan.plan.for_job(job) if plan is not None else None
     return JobDetail(
         **summary.model_dump(),
+        planned=decision_view(planned) if planned is not None else None,
         created_at=record.created_at if record else None,
         finished_at=record.finished_at if record else None,
         request=record.request if record else None,
@@ -141,12 +144,6 @@ def job_detail(store: StateStore, job: str) -> JobDetail:
         throughput_epochs_per_hour=3600.0 / mean_time if mean_time else None,
         decisions=[decision_view(d.decision, d) for d in decisions],
     )
-
-
-def cluster_params(policy: str, max_load_desired: float) -> dict[str, Any]:
-    """The load cap, for policies that take one (as ``handlers.autoscale_once`` does)."""
-    fields = get_policy(policy).params_type.model_fields
-    return {"max_load_desired": max_load_desired} if "max_load_desired" in fields else {}
 
 
 def preview_plan(rt: Runtime, *, policy: str | None = None) -> PlanPreview:
@@ -164,7 +161,7 @@ def preview_plan(rt: Runtime, *, policy: str | None = None) -> PlanPreview:
             jobs=candidates, cluster=cluster, reports=in_round_order(inbox.reports), now=now
         ),
         state=load_state(name, inbox.state),
-        params=cluster_params(name, rt.settings.max_load_desired),
+        params=cluster_params(name, rt.settings),
     )
     return PlanPreview(
         policy=name,

@@ -30,6 +30,7 @@ import typer
 from kubernetes import client as k8s_client
 from rich.console import Console
 
+from scheduler_core.models import ScalingDecision
 from sim.embedded.api_client import TrainscalerApi
 from sim.embedded.childenv import child_env
 from sim.embedded.children import ChildLayout, start_all
@@ -106,6 +107,11 @@ def _plan(
         "api_auth_disabled": False,
         "api_token": base.api_token or secrets.token_urlsafe(24),
     }
+    if "cluster_policy_params" not in base.model_fields_set:
+        # Time runs compressed here and a loopback pod restarts within a second:
+        # goodput's restart cost (30 s on a real cluster) would make every epoch
+        # of a short run look "mixed" and keep every job at its requested size.
+        updates["cluster_policy_params"] = {"goodput": {"restart_s": 1.0}}
     if embedded_redis:
         updates["redis_url"] = f"redis://{LOOPBACK}:{redis_port}/0"
     if loopback:
@@ -193,6 +199,17 @@ def _wait_first_autoscale(runtime: Runtime, stopper: Stopper, *, timeout: float)
     return None
 
 
+def _decision_summary(decision: ScalingDecision, *, source: str = "autoscale") -> dict[str, Any]:
+    return {
+        "job": decision.job,
+        "source": source,
+        "current": decision.current,
+        "target": decision.target,
+        "rule": decision.reason.rule,
+        "numbers": dict(decision.reason.numbers),
+    }
+
+
 def _summary(
     plan: Plan,
     driver: JobDriver | None,
@@ -204,8 +221,11 @@ def _summary(
     jobs: dict[str, Any] = {}
     for view in driver.views() if driver is not None else []:
         applied = None
+        decisions: list[dict[str, Any]] = []
         with suppress(Exception):
             applied = runtime.store.applied(view.key) if view.key else None
+            records = runtime.store.decisions(view.key, limit=200) if view.key else []
+            decisions = [_decision_summary(r.decision, source=r.source) for r in reversed(records)]
         jobs[view.name] = {
             "key": view.key,
             "kind": view.mode,
@@ -217,14 +237,22 @@ def _summary(
             "state": view.state,
             "error": view.error,
             "applied": applied.model_dump(mode="json") if applied is not None else None,
+            # Oldest first, each with its reason's rule and numbers.
+            "decisions": decisions,
         }
     dead: int | None = None
     with suppress(Exception):
         dead = runtime.dead_letters.count()
     autoscale_runs: int | None = None
+    plans: list[list[dict[str, Any]]] = []
     with suppress(Exception):
         autoscale_runs = len(runtime.store.runs(limit=1000))
+        history = reversed(runtime.store.plan_history(limit=200))
+        plans = [[_decision_summary(d) for d in record.plan.decisions] for record in history]
     return {
+        "cluster_policy": plan.settings.cluster_policy,
+        # Every stored cluster plan, oldest first: each job's decision with its numbers.
+        "plans": plans,
         "api_url": plan.api_url,
         "flower_url": plan.flower_url,
         "run_dir": str(plan.run_dir),
