@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     dead_letter_max: int = Field(default=10_000, ge=1)
     # Test-only: lets integration tests pause tasks and fail scale calls via Redis keys.
     fault_injection: bool = False
+    # system: the wall clock. redis: the seconds stored at ``P clock:now``, set by
+    # whoever drives time (replaying a recorded report stream; tests only).
+    clock: Literal["system", "redis"] = "system"
 
     # --- Periodic work (Celery beat / RedBeat) ---
     autoscale_interval: float = Field(default=30.0, gt=0)

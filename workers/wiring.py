@@ -38,6 +38,23 @@ class SystemClock:
         return time.time()
 
 
+class RedisClock:
+    """Time as stored in Redis (``P clock:now``): every process of a replay shares it."""
+
+    def __init__(self, client: redis.Redis, *, prefix: str) -> None:
+        self._redis = client
+        self.key = f"{prefix}clock:now"
+
+    def now(self) -> float:
+        raw = self._redis.get(self.key)
+        if raw is None:
+            raise RuntimeError(f"TRAINSCALER_CLOCK=redis but {self.key} is not set")
+        return float(raw)
+
+    def set(self, seconds: float) -> None:
+        self._redis.set(self.key, repr(float(seconds)))
+
+
 def redis_ssl_options(settings: Settings) -> dict[str, Any] | None:
     """TLS options for ``rediss://`` URLs (None for plain ``redis://``)."""
     if not settings.redis_url.startswith("rediss://"):
@@ -119,7 +136,16 @@ class Runtime:
 
     def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
         self.settings = settings
-        self.clock: Clock = clock or SystemClock()
+        self._clock = clock
+
+    @cached_property
+    def clock(self) -> Clock:
+        """The injected clock, else the one ``Settings.clock`` names."""
+        if self._clock is not None:
+            return self._clock
+        if self.settings.clock == "redis":
+            return RedisClock(self.redis, prefix=self.settings.redis_key_prefix)
+        return SystemClock()
 
     @cached_property
     def redis(self) -> redis.Redis:

@@ -11,7 +11,9 @@ without Kubernetes. ``P static_cluster`` holds::
 ``current_replicas`` is overridden by the recording scaler's replica count
 (``P recording:replicas``) when it has one, so applied scales feed back into
 the next plan, as they would on a real cluster. Replicas are placed on nodes
-first-fit to work out each node's idle room.
+first-fit to work out each node's idle room. A description with a
+``snapshot`` (a recorded round, ``sim.trace.replay``) is returned exactly as
+recorded: that snapshot and those jobs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class StaticCluster(BaseModel):
     nodes: tuple[StaticNode, ...] = ()
     pods: tuple[StaticPod, ...] = ()
     jobs: tuple[ElasticJob, ...] = ()
+    # A recorded snapshot (a replay): returned as is, and the jobs as recorded
+    # (no replica overlay from the recording scaler).
+    snapshot: ClusterResource | None = None
 
 
 class StaticClusterReader:
@@ -70,6 +75,8 @@ class StaticClusterReader:
 
     def elastic_jobs(self) -> Sequence[ElasticJob]:
         cluster = self._load()
+        if cluster.snapshot is not None:
+            return cluster.jobs
         replicas = self._redis.hgetall(f"{self._prefix}recording:replicas")
         overrides = {_text(k): int(v) for k, v in replicas.items()}
         return tuple(
@@ -81,6 +88,8 @@ class StaticClusterReader:
 
     def inquire(self) -> ClusterResource:
         cluster = self._load()
+        if cluster.snapshot is not None:
+            return cluster.snapshot
         jobs = self.elastic_jobs()
         idle: dict[str, list[int]] = {
             n.name: [n.cpu_milli, n.memory_mega, n.gpu] for n in cluster.nodes
