@@ -93,9 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--noise", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--placement",
+        choices=("kube", "ideal"),
+        default="kube",
+        help="kube: pods placed as deploy/kube-scheduler-config.yaml does; ideal: best packing",
+    )
     args = parser.parse_args(argv)
     paths = [args.data_dir / "workloads" / f"workload-{w}.csv" for w in WORKLOADS]
-    config = SimConfig(seed=args.seed, noise=args.noise)
+    config = SimConfig(seed=args.seed, noise=args.noise, placement=args.placement)
     matrix = run_matrix(paths, COMPARED_POLICIES, data_dir=args.data_dir, config=config)
     text, ok = report(matrix, [workload_label(p) for p in paths])
     print(text)

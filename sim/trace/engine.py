@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from scheduler_core.models import (
     ClusterResource,
@@ -41,7 +41,14 @@ from scheduler_core.policies.base import (
     in_round_order,
 )
 from scheduler_core.registry import decide, get_policy
-from sim.trace.packing import GpuNodes, grow, node_name, shrink
+from sim.trace.packing import (
+    GpuNodes,
+    grow,
+    grow_most_allocated,
+    node_name,
+    shrink,
+    shrink_replicaset,
+)
 from sim.trace.results import JobResult, SimResult
 from sim.trace.traces import ApplicationTrace
 from sim.trace.workload import WorkloadJob
@@ -69,6 +76,9 @@ class SimConfig:
     max_replicas_cap: int = 64
     # Give up (jobs left unfinished) after this much simulated time.
     horizon_s: float = 30 * 86_400.0
+    # kube: as a cluster with deploy/kube-scheduler-config.yaml places pods;
+    # ideal: the simulator's own best packing (sim.trace.packing).
+    placement: Literal["kube", "ideal"] = "kube"
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.restart_s < 0 or self.noise < 0:
@@ -253,9 +263,15 @@ class _Simulation:
     ) -> None:
         """Make placements match the desired counts: shrinks first, then the largest grows."""
         before = {job.key: dict(job.placement) for job in active}
+        kube = self.config.placement == "kube"
         for job in active:
             if job.gpus > job.desired:
-                job.placement = shrink(job.placement, job.gpus - job.desired, self.nodes)
+                remove = job.gpus - job.desired
+                job.placement = (
+                    shrink_replicaset(job.placement, remove, self.nodes)
+                    if kube
+                    else shrink(job.placement, remove, self.nodes)
+                )
         # Largest additions first (best-fit decreasing): small ones fill the gaps.
         growing = sorted(
             (job for job in active if job.gpus < job.desired),
@@ -263,8 +279,11 @@ class _Simulation:
         )
         for job in growing:
             if self.nodes.free_total > 0:
-                job.placement = grow(
-                    job.placement, job.desired - job.gpus, self.nodes, hint=hints.get(job.key)
+                add = job.desired - job.gpus
+                job.placement = (
+                    grow_most_allocated(job.placement, add, self.nodes)
+                    if kube
+                    else grow(job.placement, add, self.nodes, hint=hints.get(job.key))
                 )
         for job in active:
             if job.placement == before[job.key]:

@@ -1,9 +1,19 @@
-"""Where replicas go: GPU bookkeeping per node and the packing rules.
+"""Where replicas go: GPU bookkeeping per node and the placement rules.
 
-A job's existing replicas stay where they are. Added replicas go first to
-nodes the job already uses, then to the nodes a policy hinted (when the hint
-fits), else onto the fewest nodes that fit. Removed replicas leave the nodes
-where the job has the fewest replicas first, so the job spans fewer nodes.
+Two models; a job's existing replicas stay where they are in both:
+
+* ``kube`` (the default): what a Kubernetes cluster set up as
+  ``deploy/kube-scheduler-config.yaml`` does. Each added replica is one pod,
+  scheduled on its own by ``NodeResourcesFit`` scoring ``MostAllocated``
+  (GPUs weigh most): the node with the fewest free GPUs that still has one,
+  ties to the lowest node index (kube-scheduler breaks ties at random). It
+  knows nothing of the job: no hints, no keeping a job together beyond what
+  packing gives. A scale-down is the ReplicaSet controller's: it deletes the
+  pods on the node holding most of the job's pods first.
+* ``ideal``: the simulator's private best packing (added replicas first to
+  nodes the job already uses, then to the nodes a policy hinted when the hint
+  fits, else onto the fewest nodes that fit; removed replicas leave the
+  job's least-used nodes first). Kept for comparison.
 """
 
 from __future__ import annotations
@@ -121,3 +131,26 @@ def _fewest_nodes(add: int, nodes: GpuNodes) -> list[int]:
         chosen.append(node)
         remaining -= nodes.free[node]
     return chosen
+
+
+def grow_most_allocated(placement: dict[int, int], add: int, nodes: GpuNodes) -> dict[int, int]:
+    """kube-scheduler, MostAllocated: each pod onto the fullest node that has a free GPU."""
+    result = dict(placement)
+    for _ in range(add):
+        candidates = [n for n, free in enumerate(nodes.free) if free > 0]
+        if not candidates:
+            break
+        _take(result, min(candidates, key=lambda n: (nodes.free[n], n)), 1, nodes)
+    return result
+
+
+def shrink_replicaset(placement: dict[int, int], remove: int, nodes: GpuNodes) -> dict[int, int]:
+    """ReplicaSet scale-down: pods on the node with most of the job's pods go first."""
+    result = dict(placement)
+    for _ in range(min(remove, sum(result.values()))):
+        node = max(result, key=lambda n: (result[n], n))
+        result[node] -= 1
+        nodes.free[node] += 1
+        if result[node] == 0:
+            del result[node]
+    return result

@@ -328,3 +328,18 @@ def test_dockerfile_installs_the_project_on_python_311_slim() -> None:
     from_lines = [line for line in text.splitlines() if line.startswith("FROM ")]
     assert from_lines == ["FROM python:3.11-slim"]
     assert "pip install ." in text
+
+
+def test_the_packing_scheduler_profile_scores_most_allocated_gpus_first() -> None:
+    config = yaml.safe_load((DEPLOY / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "trainscaler-packing"
+    disabled = {p["name"] for p in profile["plugins"]["score"]["disabled"]}
+    assert disabled == {"NodeResourcesBalancedAllocation", "PodTopologySpread"}
+    (fit,) = [c for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+    strategy = fit["args"]["scoringStrategy"]
+    assert strategy["type"] == "MostAllocated"
+    weights = {r["name"]: r["weight"] for r in strategy["resources"]}
+    assert weights["nvidia.com/gpu"] > max(weights["cpu"], weights["memory"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.trace.packing import GpuNodes, grow, shrink
+from sim.trace.packing import GpuNodes, grow, grow_most_allocated, shrink, shrink_replicaset
 
 
 def nodes_with(free: list[int], per_node: int = 4) -> GpuNodes:
@@ -51,3 +51,33 @@ def test_releasing_more_than_a_node_holds_is_an_error() -> None:
     nodes = nodes_with([4])
     with pytest.raises(RuntimeError):
         nodes.release({0: 1})
+
+
+# --- the kube model: NodeResourcesFit MostAllocated, ReplicaSet scale-down ----------
+
+
+def test_most_allocated_puts_each_pod_on_the_fullest_node_with_room() -> None:
+    nodes = nodes_with([1, 4, 3, 2])
+    # Pod by pod: node 0 (1 free), then node 3 (2 free) twice, then node 2.
+    assert grow_most_allocated({}, 4, nodes) == {0: 1, 3: 2, 2: 1}
+    assert nodes.free == [0, 4, 2, 0]
+
+
+def test_most_allocated_ignores_the_job_and_splits_where_packing_would_not() -> None:
+    nodes = nodes_with([1, 4])
+    # The ideal packing puts 4 replicas on the empty node; kube-scheduler
+    # fills the fuller node first and spreads the job over two nodes.
+    assert grow_most_allocated({}, 4, nodes) == {0: 1, 1: 3}
+    assert grow({}, 4, nodes_with([1, 4])) == {1: 4}
+
+
+def test_most_allocated_stops_when_the_cluster_is_full() -> None:
+    nodes = nodes_with([1, 0])
+    assert grow_most_allocated({}, 3, nodes) == {0: 1}
+    assert nodes.free == [0, 0]
+
+
+def test_replicaset_scale_down_takes_pods_from_the_jobs_fullest_node_first() -> None:
+    nodes = nodes_with([0, 1, 3])
+    assert shrink_replicaset({0: 4, 1: 3, 2: 1}, 3, nodes) == {0: 2, 1: 2, 2: 1}
+    assert nodes.free == [2, 2, 3]
