@@ -225,6 +225,44 @@ def test_shortest_first_at_efficient_size() -> None:
     assert decision_of(plan, "default/b").reason.numbers["rank"] == 0
 
 
+# --- a job that never reports ------------------------------------------------------------
+
+
+def test_a_job_that_never_reports_gets_its_requested_replicas_and_never_more() -> None:
+    state = None
+    current = 0
+    for round_index in range(12):
+        free = [4 - min(current, 4), 4 - max(current - 4, 0)]
+        request = PolicyInput(
+            jobs=(job("n", current=current, requested=2, application=None),),
+            cluster=cluster(free),
+            now=60.0 * round_index,
+        )
+        result = decide("goodput", request, state=state, params=PARAMS)
+        state = result.state
+        decision = decision_of(result.plan, "default/n")
+        assert decision.reason.rule == "goodput.unknown"
+        assert decision.target == 2  # requested, into free GPUs; no evidence, no growth
+        current = decision.target
+
+
+def test_a_job_that_never_reports_waits_for_free_gpus_then_starts() -> None:
+    state = _state_with_curve(0.0)
+    busy = PolicyInput(
+        jobs=(job("a", current=8), job("n", requested=2, application=None)),
+        cluster=cluster([0, 0]),
+        now=60.0,
+    )
+    result = decide("goodput", busy, state=state, params=PARAMS)
+    # Never by preempting a job whose estimate is known.
+    assert result.plan.targets() == {"default/a": 8, "default/n": 0}
+    freed = PolicyInput(
+        jobs=(job("n", requested=2, application=None),), cluster=cluster([4, 4]), now=120.0
+    )
+    later = decide("goodput", freed, state=result.state, params=PARAMS)
+    assert later.plan.targets() == {"default/n": 2}
+
+
 # --- learning -----------------------------------------------------------------------------
 
 
