@@ -155,6 +155,18 @@ def test_invalid_input_gets_422_naming_the_fields(api_stack: ApiStack) -> None:
         assert "min_replicas (5) must be <= max_replicas (2)" in bounds.text
         not_json = api.post("/job", content=b"{nope", headers={"content-type": "application/json"})
         assert not_json.status_code == 422
+        facts = api.post(
+            "/job",
+            json={
+                "job_id": "facts",
+                "parameters": KUBEML_TRAIN,
+                "state": {"parallelism": 2, "epoch": -1, "iterations": "lots", "nodes": 0},
+            },
+        )
+        assert facts.status_code == 422
+        assert {"body.state.epoch", "body.state.iterations", "body.state.nodes"} <= set(
+            facts.json()["fields"]
+        )
         wait = api.post("/job?wait=99", json={})
         assert wait.status_code == 422 and "query.wait" in wait.json()["fields"]
 

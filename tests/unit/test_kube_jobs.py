@@ -105,6 +105,31 @@ def test_paused_and_defaults() -> None:
     assert (job.policy, job.default_parallelism, job.min_replicas) == ("edl", 1, 1)
 
 
+def test_a_spec_without_policy_belongs_to_the_cluster_policy() -> None:
+    cr = elastic_job_cr(application="resnet50/batch-256", epochs=90)
+    del cr["spec"]["policy"]
+    job = elastic_job(
+        cr, view_of_workload(deployment()), [], gpu_resource=GPU, default_policy="goodput"
+    )
+    assert (job.policy, job.application, job.total_epochs) == ("goodput", "resnet50/batch-256", 90)
+    named = elastic_job(
+        elastic_job_cr(policy="edl"),
+        view_of_workload(deployment()),
+        [],
+        gpu_resource=GPU,
+        default_policy="goodput",
+    )
+    assert named.policy == "edl" and named.application is None and named.total_epochs is None
+
+
+@pytest.mark.parametrize("epochs", [0, -3, "many"])
+def test_an_invalid_epoch_count_is_rejected(epochs: Any) -> None:
+    with pytest.raises(ValueError):
+        elastic_job(
+            elastic_job_cr(epochs=epochs), view_of_workload(deployment()), [], gpu_resource=GPU
+        )
+
+
 def test_min_above_max_is_rejected() -> None:
     with pytest.raises(ValueError, match="min_replicas"):
         elastic_job(
