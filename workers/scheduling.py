@@ -18,6 +18,7 @@ would fight it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +36,8 @@ from workers.adapters.state_store import (
 )
 from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
 from workers.wiring import Runtime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -174,9 +177,12 @@ def _cluster_managed(rt: Runtime, jobs: list[str]) -> set[str]:
     """
     wanted = set(jobs)
     policy = rt.settings.cluster_policy
-    return {
-        j.key for j in rt.cluster_reader.elastic_jobs() if j.key in wanted and j.policy == policy
-    }
+    try:
+        listed = rt.cluster_reader.elastic_jobs()
+    except Exception as error:  # the cluster unreachable: decide as before it was asked
+        log.warning("cluster reader failed; %d job(s) go to the job policy: %s", len(jobs), error)
+        return set()
+    return {j.key for j in listed if j.key in wanted and j.policy == policy}
 
 
 def _context(
