@@ -122,6 +122,20 @@ def test_a_spec_without_policy_belongs_to_the_cluster_policy() -> None:
     assert named.policy == "edl" and named.application is None and named.total_epochs is None
 
 
+def test_a_cpu_only_spec_without_policy_stays_with_edl() -> None:
+    cr = elastic_job_cr()
+    del cr["spec"]["policy"]
+    cpu_only = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "spec": {"replicas": 2, "template": pod_template(gpus=0)},
+    }
+    job = elastic_job(
+        cr, view_of_workload(cpu_only), [], gpu_resource=GPU, default_policy="goodput"
+    )
+    assert job.policy == "edl" and not job.needs_gpu
+
+
 @pytest.mark.parametrize("epochs", [0, -3, "many"])
 def test_an_invalid_epoch_count_is_rejected(epochs: Any) -> None:
     with pytest.raises(ValueError):

@@ -30,6 +30,8 @@ from workers.adapters.kubernetes.selectors import (
 )
 
 JsonObject = Mapping[str, Any]
+# The planner of ElasticJobs without GPUs that name no policy.
+EDL = "edl"
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,8 @@ def elastic_job(
     """The core's view of one ElasticJob (raises ``ValueError`` on an invalid spec).
 
     A spec without ``policy`` belongs to ``default_policy`` (the runtime's
-    cluster policy).
+    cluster policy) when its replicas hold GPUs; one without GPUs to ``edl``
+    (goodput plans GPUs: it would never give a CPU-only job a replica).
     """
     namespace, name = namespace_and_name(resource)
     spec = _mapping(resource.get("spec"))
@@ -158,7 +161,7 @@ def elastic_job(
         phase=phase,
         requests=requests,
         limits=limits,
-        policy=str(spec.get("policy") or default_policy),
+        policy=str(spec.get("policy") or (default_policy if limits.gpu or requests.gpu else EDL)),
         default_parallelism=int(spec.get("defaultParallelism") or 1),
         all_pods_unschedulable=pending,
         paused=bool(spec.get("paused", False)),
