@@ -60,7 +60,8 @@ _SPEC_SCHEMA: dict[str, Any] = {
             "minLength": 1,
             "description": (
                 "The cluster policy that plans this job; omitted: the runtime's "
-                "TRAINSCALER_CLUSTER_POLICY (default goodput)."
+                "TRAINSCALER_CLUSTER_POLICY (default goodput) for a job with GPUs, "
+                "edl for one without."
             ),
         },
         "application": {
