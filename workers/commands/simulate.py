@@ -73,6 +73,13 @@ def simulate_command(
         list[str] | None, typer.Option(help="Policy parameter, policy.field=value; repeatable.")
     ] = None,
     plots: Annotated[bool, typer.Option(help="Write PNG plots (needs matplotlib).")] = True,
+    placement: Annotated[
+        str,
+        typer.Option(
+            help="kube: pods placed as deploy/scheduler/kube-scheduler-config.yaml does; "
+            "ideal: the simulator's best packing."
+        ),
+    ] = "kube",
 ) -> None:
     """Replay workloads on a simulated GPU cluster and compare policies."""
     settings = get_settings()
@@ -81,6 +88,8 @@ def simulate_command(
     )
     workloads = resolve_workloads(workload, folder)
     policies = resolve_policies(policy)
+    if placement not in ("kube", "ideal"):
+        raise typer.BadParameter("expected kube or ideal", param_hint="--placement")
     config = SimConfig(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -88,6 +97,7 @@ def simulate_command(
         restart_s=restart,
         seed=seed,
         noise=noise,
+        placement="ideal" if placement == "ideal" else "kube",
     )
     overrides = parse_param_overrides(param or [])
     console = Console()
