@@ -19,6 +19,7 @@ from tests.unit.runtime_fixtures import FixedClock, server
 from workers import handlers
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
+from workers.scaling import cluster_params
 from workers.settings import Settings
 from workers.wiring import Runtime
 
@@ -155,3 +156,13 @@ def test_a_round_whose_state_moved_on_commits_nothing(rt: Runtime) -> None:
     _autoscale(rt)  # another round consumed the report first
     assert not rt.store.commit_cluster_round(stale, "{}")
     assert _books(rt).jobs["default/a"].epochs_done == 1
+
+
+def test_cluster_policy_params_come_from_settings_per_policy() -> None:
+    settings = Settings(
+        cluster_policy_params={"goodput": {"restart_s": 1.0, "max_load_desired": 0.5}},
+        max_load_desired=0.9,
+    )
+    assert cluster_params("goodput", settings) == {"restart_s": 1.0, "max_load_desired": 0.5}
+    assert cluster_params("edl", settings) == {"max_load_desired": 0.9}
+    assert cluster_params("throughput", settings) == {}
