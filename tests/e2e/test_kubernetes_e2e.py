@@ -187,7 +187,7 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
     }
 
     # 2. Steady state: rounds plan from the watch cache; no LIST and no write.
-    cluster.server.reset_request_counts()
+    cluster.reset_request_counts()
     before = e2e.last_run_id()
     rounds = e2e.wait_rounds(STEADY_ROUNDS, after=before, timeout=SETTLE)
     steady = cluster.request_counts()
@@ -204,9 +204,17 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
     # 3. EDL pending rule: delta's Pending pod pushes the load over the cap.
     cluster.create_job(DELTA)
     wait_for(lambda: cluster.pending("delta") == 1, timeout=SETTLE, what="delta Pending")
-    cluster.server.reset_request_counts()
+    cluster.reset_request_counts()
     baseline = job_versions(cluster, ("delta",))
-    wait_settled(e2e, MAKING_ROOM, what=f"the most fulfilled jobs shrunk: {MAKING_ROOM}")
+    if cluster.real:
+        # kube-scheduler places by score and the ReplicaSet controller picks which pods
+        # to remove by its own ranking, so freed GPUs need not land on one node: delta
+        # runs, or stays Pending inside the cap. EDL's part is the same either way.
+        shrunk = {name: MAKING_ROOM[name] for name in ("alpha", "bravo", "charlie")}
+        wait_settled(e2e, shrunk, what=f"the most fulfilled jobs shrunk: {shrunk}")
+        wait_for(lambda: cluster.replicas("delta") == 1, timeout=SETTLE, what="delta at 1")
+    else:
+        wait_settled(e2e, MAKING_ROOM, what=f"the most fulfilled jobs shrunk: {MAKING_ROOM}")
     wait_quiet(e2e)
     assert cluster.gpus_requested() == GPU_CAP
     making_room = cluster.request_counts()
@@ -232,21 +240,27 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
     with capsys.disabled():
         print(f"pending rule: 3 jobs shrunk, API requests {making_room}")
 
-    # 4. Deleting delta frees room; the others grow back, through 30% failing PUTs.
-    cluster.server.reset_request_counts()
-    cluster.server.inject_faults(verb="update", rate=0.3, codes=(409, 500), seed=FAULT_SEED)
+    # 4. Deleting delta frees room; the others grow back, through 30% failing PUTs
+    # (injected by the loopback server; a real one fails no request on purpose).
+    cluster.reset_request_counts()
+    if cluster.server is not None:
+        cluster.server.inject_faults(verb="update", rate=0.3, codes=(409, 500), seed=FAULT_SEED)
     try:
         cluster.delete_job("delta")
-        wait_settled(e2e, FILLED, what=f"the jobs grown back to {FILLED} despite faults")
+        wait_settled(e2e, FILLED, what=f"the jobs grown back to {FILLED}")
         wait_quiet(e2e)
     finally:
-        cluster.server.inject_faults(rate=0.0)
-    faulty = cluster.request_counts()
+        if cluster.server is not None:
+            cluster.server.inject_faults(rate=0.0)
+    regrown = cluster.request_counts()
     assert cluster.settled(FILLED) and cluster.gpus_requested() == GPU_CAP
-    # The seeded faults hit the first two PUTs of a Scale: a 409 the scaler re-reads and
-    # retries, then a 500 that fails the task (a ScaleFailed event) for Celery to retry.
-    assert faulty.get(("update", "deployments/scale"), 0) > 3, faulty
-    assert any("ScaleFailed" in reasons for reasons in events_about(cluster).values())
+    if cluster.server is not None:
+        # The seeded faults hit the first two PUTs of a Scale: a 409 the scaler re-reads
+        # and retries, then a 500 that fails the task (a ScaleFailed event) for Celery.
+        assert regrown.get(("update", "deployments/scale"), 0) > 3, regrown
+        assert any("ScaleFailed" in reasons for reasons in events_about(cluster).values())
+    else:
+        assert regrown.get(("update", "deployments/scale"), 0) >= 3, regrown
 
     # 5. paused: true freezes bravo while charlie's deletion makes room.
     cluster.set_paused("bravo", True)
@@ -272,14 +286,15 @@ def test_elastic_jobs_on_kubernetes_end_to_end(kube_cluster, kube_e2e_factory, c
 
 def test_status_is_written_after_a_failed_status_write(kube_cluster, kube_e2e_factory) -> None:
     cluster: KubeCluster = kube_cluster
+    if cluster.server is None:
+        pytest.skip("needs the loopback server's fault injection")
     echo = JobShape("echo", 1, 2, cpu="1", memory="1Gi", gpus=1)
     cluster.create_job(echo)
     wait_for(lambda: cluster.settled({"echo": 1}), timeout=SETTLE, what="echo running at min")
     # Every status write fails while the Scale PUT goes through; the retries (which
     # find the target already at 2) must write the status once the faults stop.
-    cluster.server.inject_faults(
-        verb="update", resource="elasticjobs/status", rate=1.0, codes=(500,)
-    )
+    server = cluster.server
+    server.inject_faults(verb="update", resource="elasticjobs/status", rate=1.0, codes=(500,))
     e2e: KubeE2E = kube_e2e_factory(interval=INTERVAL, load=LOAD)
     try:
         wait_settled(e2e, {"echo": 2}, what="echo grown to 2")
@@ -290,7 +305,7 @@ def test_status_is_written_after_a_failed_status_write(kube_cluster, kube_e2e_fa
             what="a retry writing the status again",
         )
     finally:
-        cluster.server.inject_faults(rate=0.0)
+        server.inject_faults(rate=0.0)
     applied = wait_for(lambda: e2e.store.applied("ml/echo"), timeout=SETTLE, what="scale applied")
     assert applied is not None and applied.outcome == "already at target", describe(e2e)
     last = wait_quiet(e2e)

@@ -1,0 +1,160 @@
+"""deploy/ against a real control plane (issue 17; ``--real-cluster`` only).
+
+* ``kubectl apply --dry-run=server -k deploy/`` with the CRD installed: every
+  manifest passes the real server's validation and admission.
+* The ``trainscaler`` service account's rights, asked as that account
+  (impersonation): a SelfSubjectRulesReview lists exactly
+  ``REQUIRED_PERMISSIONS`` (nothing missing, nothing extra, beyond what every
+  authenticated user has), and ``kubectl auth can-i --as`` answers yes for each
+  required permission and no for neighbours the adapter never uses.
+
+The adapter's own requests as that account are checked by the end-to-end
+tests on the real cluster (audit log: nothing denied, nothing outside the set).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tests.e2e.real_cluster import REPO, SERVICE_ACCOUNT, install_rbac
+from workers.adapters.kubernetes.crd import install_crd
+from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS, Permission
+
+pytestmark = pytest.mark.real_cluster
+
+# Every authenticated user may ask about itself (system:basic-user).
+SELF_REVIEWS = {
+    Permission("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+    Permission("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+    Permission("authentication.k8s.io", "selfsubjectreviews", "create"),
+}
+NEIGHBOURS = [
+    Permission("apps", "deployments", "update"),
+    Permission("apps", "deployments", "patch"),
+    Permission("apps", "deployments", "delete"),
+    Permission("apps", "deployments/scale", "patch"),
+    Permission("", "pods", "get"),
+    Permission("", "pods", "delete"),
+    Permission("", "pods", "create"),
+    Permission("", "nodes", "get"),
+    Permission("", "nodes", "patch"),
+    Permission("", "events", "update"),
+    Permission("", "events", "list"),
+    Permission("", "secrets", "get"),
+    Permission("", "configmaps", "list"),
+    Permission("batch", "jobs", "update"),
+    Permission("batch", "jobs", "delete"),
+    Permission("trainscaler.io", "elasticjobs", "update"),
+    Permission("trainscaler.io", "elasticjobs", "patch"),
+    Permission("trainscaler.io", "elasticjobs", "create"),
+    Permission("trainscaler.io", "elasticjobs/status", "patch"),
+    Permission("apiextensions.k8s.io", "customresourcedefinitions", "create"),
+]
+
+
+@pytest.fixture(name="admin", scope="module")
+def admin_fixture(request: pytest.FixtureRequest) -> Iterator[k8s.ApiClient]:
+    if not request.config.getoption("--real-cluster", default=False):
+        pytest.skip("needs --real-cluster (scripts/test-real-k8s)")
+    if not os.environ.get("KUBECONFIG"):
+        pytest.skip("--real-cluster needs KUBECONFIG")
+    api = k8s_config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    install_crd(api)
+    install_rbac(api)
+    yield api
+    api.close()
+
+
+@pytest.fixture(name="kubectl", scope="module")
+def kubectl_fixture() -> str:
+    found = os.environ.get("TRAINSCALER_KUBECTL") or shutil.which("kubectl")
+    if not found:
+        pytest.skip("no kubectl binary")
+    return found
+
+
+def run_kubectl(kubectl: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl, *args], capture_output=True, text=True, timeout=120, cwd=REPO, check=False
+    )
+
+
+def test_kustomization_passes_server_side_dry_run(admin: k8s.ApiClient, kubectl: str) -> None:
+    done = run_kubectl(kubectl, "apply", "--dry-run=server", "-k", "deploy/")
+    assert done.returncode == 0, done.stderr
+    applied = [line for line in done.stdout.splitlines() if line.strip()]
+    assert all(line.endswith("(server dry run)") for line in applied), done.stdout
+    kinds = {line.split("/", 1)[0] for line in applied}
+    assert {
+        "namespace",
+        "customresourcedefinition.apiextensions.k8s.io",
+        "serviceaccount",
+        "clusterrole.rbac.authorization.k8s.io",
+        "clusterrolebinding.rbac.authorization.k8s.io",
+        "deployment.apps",
+    } <= kinds, kinds
+
+
+def granted(admin: k8s.ApiClient, namespace: str) -> set[Permission]:
+    """Every (group, resource, verb) the service account holds in ``namespace``."""
+    review: Any = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": namespace},
+    }
+    api = k8s.ApiClient(admin.configuration)
+    # Impersonating a service account's name brings its groups along.
+    api.set_default_header("Impersonate-User", SERVICE_ACCOUNT)
+    try:
+        answer = k8s.AuthorizationV1Api(api).create_self_subject_rules_review(review)
+    finally:
+        api.close()
+    assert not answer.status.incomplete, answer.status.evaluation_error
+    found = set()
+    for rule in answer.status.resource_rules:
+        for group in rule.api_groups or []:
+            for resource in rule.resources or []:
+                for verb in rule.verbs:
+                    found.add(Permission(group, resource, verb))
+    return found
+
+
+def test_service_account_holds_exactly_the_adapters_permissions(admin: k8s.ApiClient) -> None:
+    for namespace in ("default", "trainscaler"):
+        assert granted(admin, namespace) - SELF_REVIEWS == set(REQUIRED_PERMISSIONS), namespace
+
+
+def can_i(kubectl: str, permission: Permission) -> bool:
+    resource, _, subresource = permission.resource.partition("/")
+    target = f"{resource}.{permission.api_group}" if permission.api_group else resource
+    args = ["auth", "can-i", permission.verb, target, "--all-namespaces", "--as", SERVICE_ACCOUNT]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    done = run_kubectl(kubectl, *args)
+    answer = done.stdout.strip()
+    assert answer in ("yes", "no"), (args, done.stdout, done.stderr)
+    return answer == "yes"
+
+
+def test_kubectl_auth_can_i_as_the_service_account(admin: k8s.ApiClient, kubectl: str) -> None:
+    refused = sorted(p for p in REQUIRED_PERMISSIONS if not can_i(kubectl, p))
+    assert refused == []
+    allowed = [p for p in NEIGHBOURS if can_i(kubectl, p)]
+    assert allowed == []
+
+
+def test_pinned_kubectl_matches_the_server(admin: k8s.ApiClient, kubectl: str) -> None:
+    """scripts/test-real-k8s puts the pinned build's kubectl first on PATH."""
+    done = run_kubectl(kubectl, "version", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert '"gitVersion": "v1.37.2"' in done.stdout, done.stdout
+    assert Path(kubectl).exists()
