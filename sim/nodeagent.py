@@ -161,8 +161,9 @@ class NodeAgent:
         heartbeat_seconds: float = 10.0,
         clock: Clock = utc_now,
     ) -> None:
-        self._core = client.CoreV1Api(api)
-        self._coordination = client.CoordinationV1Api(api)
+        # Typed as Any: the client takes the JSON dicts the agent builds as they are.
+        self._core: Any = client.CoreV1Api(api)
+        self._coordination: Any = client.CoordinationV1Api(api)
         self._names = list(names)
         self._addresses = {name: f"10.250.0.{index + 1}" for index, name in enumerate(names)}
         self._shape = shape
@@ -238,7 +239,7 @@ class NodeAgent:
             for item in document.get("items") or []:
                 yield "LISTED", item
             version = document["metadata"]["resourceVersion"]
-            watcher = watch.Watch()
+            watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
             try:
                 for event in watcher.stream(
                     self._core.list_pod_for_all_namespaces,
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpus", type=int, default=4)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config.load_kube_config(config_file=args.kubeconfig)
+    config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     api = client.ApiClient()
     names = [f"{args.prefix}{index}" for index in range(args.nodes)]
     agent = NodeAgent(api, names, shape=NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus))

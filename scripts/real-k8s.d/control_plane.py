@@ -22,6 +22,7 @@ Processes, each on a free loopback port:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -384,7 +386,8 @@ def cluster_ready(server: str, pki: Path, *, nodes: int) -> bool:
     if not listed:
         return False
     ready = 0
-    for node in listed.get("items") or []:  # type: ignore[union-attr]
+    items: Any = listed.get("items") or []
+    for node in items:
         conditions = node.get("status", {}).get("conditions") or []
         if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
             ready += 1
@@ -403,10 +406,8 @@ def stop(*, quiet: bool = False) -> None:
             continue
         if alive(pid):
             # Each child leads its own session (start_new_session): end just that group.
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + 15
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)

@@ -108,10 +108,11 @@ def permissions_used(events: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
     """Create or replace one namespace, service account or RBAC object."""
-    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    core: Any = k8s.CoreV1Api(api)
+    rbac: Any = k8s.RbacAuthorizationV1Api(api)
     kind, name = document["kind"], document["metadata"]["name"]
     namespace = document["metadata"].get("namespace")
-    creators = {
+    creators: dict[str, tuple[Any, Any]] = {
         "Namespace": (core.create_namespace, None),
         "ServiceAccount": (core.create_namespaced_service_account, None),
         "ClusterRole": (rbac.create_cluster_role, rbac.replace_cluster_role),
@@ -142,9 +143,10 @@ def service_account_kubeconfig(api: k8s.ApiClient, path: Path) -> Path:
     install_rbac(api)
     core = k8s.CoreV1Api(api)
     request: Any = {"spec": {"expirationSeconds": 3600, "audiences": []}}
-    token = core.create_namespaced_service_account_token(
+    answer: Any = core.create_namespaced_service_account_token(
         "trainscaler", "trainscaler", request
-    ).status.token
+    )
+    token = answer.status.token
     configuration = api.configuration
     cluster = {"server": configuration.host, "certificate-authority": configuration.ssl_ca_cert}
     config = {

@@ -167,7 +167,7 @@ def create_workloads(cluster: KubeCluster) -> None:
         if error.status != 409:
             raise
     if cluster.real:
-        rbac = k8s.RbacAuthorizationV1Api(cluster.api)
+        rbac: Any = k8s.RbacAuthorizationV1Api(cluster.api)
         rbac.create_namespaced_role(NAMESPACE, TRAINJOB_SCALE_ROLE)
         rbac.create_namespaced_role_binding(NAMESPACE, TRAINJOB_SCALE_BINDING)
     trainjob = {
@@ -214,7 +214,7 @@ def create_workloads(cluster: KubeCluster) -> None:
 def sizes(cluster: KubeCluster) -> dict[str, Any]:
     statefulset = cluster.named("statefulsets.apps", "sigma") or {}
     job = cluster.named("jobs.batch", "tau") or {}
-    trainjob = cluster.custom.get_namespaced_custom_object(
+    trainjob: Any = cluster.custom.get_namespaced_custom_object(
         TRAINJOB_GROUP, TRAINJOB_VERSION, NAMESPACE, TRAINJOB_PLURAL, "upsilon"
     )
     return {

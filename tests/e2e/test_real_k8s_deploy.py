@@ -115,7 +115,7 @@ def granted(admin: k8s.ApiClient, namespace: str) -> set[Permission]:
     # Impersonating a service account's name brings its groups along.
     api.set_default_header("Impersonate-User", SERVICE_ACCOUNT)
     try:
-        answer = k8s.AuthorizationV1Api(api).create_self_subject_rules_review(review)
+        answer: Any = k8s.AuthorizationV1Api(api).create_self_subject_rules_review(review)
     finally:
         api.close()
     assert not answer.status.incomplete, answer.status.evaluation_error
