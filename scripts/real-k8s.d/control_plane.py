@@ -286,6 +286,8 @@ def start(*, nodes: int) -> None:
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # The kubernetes Service cannot point at a loopback address: no endpoints.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={api_port}",
             f"--cert-dir={RUN / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
