@@ -232,3 +232,23 @@ def validate(resource_type: ResourceType, obj: JsonObject) -> None:
             )
     elif kind == "Event" and not obj.get("involvedObject"):
         raise invalid(kind, name, cause="involvedObject: Required value")
+    elif kind in ("ConfigMap", "Secret"):
+        _validate_config_keys(kind, name, obj)
+
+
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def _validate_config_keys(kind: str, name: str, obj: JsonObject) -> None:
+    """ConfigMap and Secret keys are file names: IsConfigMapKey."""
+    for field in ("data", "binaryData", "stringData"):
+        for key in obj.get(field) or {}:
+            if len(key) <= 253 and _CONFIG_KEY.match(key) and key not in (".", ".."):
+                continue
+            raise invalid(
+                kind,
+                name,
+                cause=f'{field}[{key}]: Invalid value: "{key}": a valid config key must '
+                "consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+                "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+            )

@@ -16,6 +16,7 @@ from .controllers.deployment import DeploymentController
 from .controllers.job import JobController
 from .controllers.manager import Controller, ControllerManager
 from .controllers.replicaset import ReplicaSetController
+from .controllers.rootca import RootCAPublisher
 from .controllers.scheduler import Scheduler
 from .controllers.statefulset import StatefulSetController
 from .handler import ApiApplication, ApiHttpServer
@@ -55,6 +56,7 @@ class LoopbackApiServer:
                 ReplicaSetController(self.operations),
                 StatefulSetController(self.operations),
                 JobController(self.operations),
+                RootCAPublisher(self.operations),
             ]
         if scheduler:
             participants.append(Scheduler(self.operations))

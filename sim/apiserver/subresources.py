@@ -29,6 +29,9 @@ def scale_of(resource_type: ResourceType, obj: JsonObject) -> JsonObject:
     else:
         selector = get_path(obj, paths.label_selector)
     status: JsonObject = {"replicas": int(get_path(obj, paths.status_replicas) or 0)}
+    # autoscaling/v1 ScaleSpec.replicas is omitempty: a Scale at 0 has an empty spec.
+    replicas = int(get_path(obj, paths.spec_replicas) or 0)
+    spec: JsonObject = {"replicas": replicas} if replicas else {}
     if selector:
         status["selector"] = selector
     return {
@@ -39,7 +42,7 @@ def scale_of(resource_type: ResourceType, obj: JsonObject) -> JsonObject:
             for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
             if key in meta
         },
-        "spec": {"replicas": int(get_path(obj, paths.spec_replicas) or 0)},
+        "spec": spec,
         "status": status,
     }
 
@@ -63,7 +66,8 @@ class Subresources:
         sent_version = (scale.get("metadata") or {}).get("resourceVersion")
         if sent_version and str(sent_version) != current["metadata"]["resourceVersion"]:
             raise conflict(resource_type.group_resource, name)
-        replicas = (scale.get("spec") or {}).get("replicas")
+        # Absent means 0, as it decodes into ScaleSpec (and as a Scale at 0 reads).
+        replicas = (scale.get("spec") or {}).get("replicas", 0)
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise invalid(
                 "Scale",

@@ -24,6 +24,8 @@ from sim.apiserver import LoopbackApiServer
 
 T = TypeVar("T")
 NODE_COUNT = 4
+# kube-controller-manager's root-ca-cert-publisher puts this ConfigMap in every namespace.
+ROOT_CA = "kube-root-ca.crt"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -118,9 +120,16 @@ def custom(cluster: Cluster) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
-def namespace(core: client.CoreV1Api) -> Iterator[str]:
+def namespace(cluster: Cluster, core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace, once its root CA ConfigMap is published (so lists are settled)."""
     name = f"contract-{uuid.uuid4().hex[:10]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    cluster.wait_for(
+        lambda: any(
+            item.metadata.name == ROOT_CA for item in core.list_namespaced_config_map(name).items
+        ),
+        what=f"{ROOT_CA} in {name}",
+    )
     try:
         yield name
     finally:

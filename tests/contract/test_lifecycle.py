@@ -15,7 +15,7 @@ from kubernetes import client, watch
 
 from sim.apiserver import LoopbackApiServer
 
-from .conftest import api_status, deployment_manifest, pod_manifest
+from .conftest import ROOT_CA, api_status, deployment_manifest, pod_manifest
 
 
 def test_delete_collection_by_label(core, namespace):
@@ -164,7 +164,7 @@ def test_cluster_scoped_custom_resources(cluster, custom, cluster_scoped_crd):
                 cluster_scoped_crd,
                 {
                     "apiVersion": f"{group}/v1",
-                    "kind": "Gadget",
+                    "kind": f"Gadget{cluster_scoped_crd.removeprefix('gadgets').capitalize()}",
                     "metadata": {"name": "g1"},
                     "spec": {"size": 1},
                 },
@@ -232,3 +232,22 @@ def test_bookmarks_carry_the_latest_version(loopback):
             watcher.stop()
         assert kinds == ["BOOKMARK"]
         assert int(str(watcher.resource_version)) > int(version)
+
+
+def test_every_namespace_gets_the_root_ca_bundle(cluster, core, namespace):
+    """kube-controller-manager's root-ca-cert-publisher: there from the start, and back
+    after a delete."""
+    bundle = core.read_namespaced_config_map(ROOT_CA, namespace)
+    assert bundle.data["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
+    assert "kubernetes.io/description" in bundle.metadata.annotations
+    core.delete_namespaced_config_map(ROOT_CA, namespace)
+
+    def republished():
+        try:
+            return core.read_namespaced_config_map(ROOT_CA, namespace).metadata.uid
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    assert cluster.wait_for(republished, what="the bundle published again") != bundle.metadata.uid

@@ -122,6 +122,8 @@ def test_nodes_and_namespaces_deserialize(core, namespace):
 def test_core_and_events_v1_share_events(cluster, core, namespace):
     involved = {"kind": "Pod", "name": "p", "namespace": namespace, "apiVersion": "v1"}
     # eventTime set: the python client rejects events.k8s.io reads whose eventTime is null.
+    # It is a MicroTime (RFC3339 with exactly six fractional digits); the client sends
+    # datetime.isoformat(), which drops the fraction when it is zero: hence .000001.
     core.create_namespaced_event(
         namespace,
         {
@@ -130,7 +132,7 @@ def test_core_and_events_v1_share_events(cluster, core, namespace):
             "reason": "Scaled",
             "message": "scaled to 3",
             "type": "Normal",
-            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "eventTime": "2026-01-01T00:00:00.000001Z",
             "reportingComponent": "trainscaler.dev/scaler",
             "reportingInstance": "worker-0",
             "action": "Scale",
@@ -145,7 +147,7 @@ def test_core_and_events_v1_share_events(cluster, core, namespace):
         namespace,
         {
             "metadata": {"name": "ev2"},
-            "eventTime": "2026-01-01T00:00:01.000000Z",
+            "eventTime": "2026-01-01T00:00:01.000001Z",
             "reportingController": "trainscaler.dev/scaler",
             "reportingInstance": "worker-1",
             "action": "Scale",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from .conftest import api_status, pod_manifest
+from .conftest import ROOT_CA, api_status, pod_manifest
 
 LABELS = {
     "a": {"tier": "web", "env": "prod"},
@@ -24,9 +24,9 @@ def labelled(core, namespace):
 
 
 def names(core, namespace, **kwargs):
-    return sorted(
-        item.metadata.name for item in core.list_namespaced_config_map(namespace, **kwargs).items
-    )
+    """The test's ConfigMaps that match (the unlabelled root CA bundle left out)."""
+    listed = core.list_namespaced_config_map(namespace, **kwargs).items
+    return sorted(item.metadata.name for item in listed if item.metadata.name != ROOT_CA)
 
 
 @pytest.mark.parametrize(

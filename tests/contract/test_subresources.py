@@ -85,7 +85,8 @@ def test_scale_subresource_of_apps_kinds(apps, namespace, kind):
     with pytest.raises(client.ApiException) as caught:
         replace_scale(kind, namespace, stale)
     assert api_status(caught.value) == (409, "Conflict")
-    assert patch_scale(kind, namespace, {"spec": {"replicas": 0}}).spec.replicas == 0
+    # autoscaling/v1 ScaleSpec.replicas is omitempty: a Scale at 0 carries no replicas.
+    assert patch_scale(kind, namespace, {"spec": {"replicas": 0}}).spec.replicas is None
     assert read(kind, namespace).spec.replicas == 0
 
 
@@ -152,10 +153,11 @@ def widget_crd(cluster):
         extensions.delete_custom_resource_definition(f"{plural}.{GROUP}")
 
 
-def _widget(name, workers):
+def _widget(name, workers, *, plural):
     return {
         "apiVersion": f"{GROUP}/v1",
-        "kind": "Widget",
+        # The CRD's kind exactly: a real server answers 422 for any other.
+        "kind": f"Widget{plural.removeprefix('widgets').capitalize()}",
         "metadata": {"name": name},
         "spec": {"workers": workers},
         "status": {"workers": 99},
@@ -166,7 +168,7 @@ def _create_widget(cluster, custom, *, namespace, plural, name, workers):
     def attempt():
         try:
             return custom.create_namespaced_custom_object(
-                GROUP, "v1", namespace, plural, _widget(name, workers)
+                GROUP, "v1", namespace, plural, _widget(name, workers, plural=plural)
             )
         except client.ApiException as error:
             if error.status == 404:  # a real apiserver may serve the new CRD a moment later

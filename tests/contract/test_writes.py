@@ -98,20 +98,23 @@ def test_strategic_merge_patch_merges_conditions_by_type(core, namespace):
 
 def test_json_patch_operations_and_failed_test(core, namespace):
     core.create_namespaced_config_map(
-        namespace, {"metadata": {"name": "cm"}, "data": {"a": "1", "b": "2"}}
+        namespace, {"metadata": {"name": "cm", "labels": {"k": "v"}}, "data": {"a": "1", "b": "2"}}
     )
     ops = [
         {"op": "test", "path": "/data/a", "value": "1"},
         {"op": "replace", "path": "/data/a", "value": "10"},
         {"op": "remove", "path": "/data/b"},
-        {"op": "add", "path": "/data/c~1d", "value": "3"},
+        {"op": "add", "path": "/data/c", "value": "3"},
+        # "~1" escapes "/" (ConfigMap keys may not hold one; label keys may).
+        {"op": "add", "path": "/metadata/labels/example.com~1d", "value": "4"},
         {"op": "copy", "from": "/data/a", "path": "/data/e"},
         {"op": "move", "from": "/data/e", "path": "/data/f"},
     ]
     patched = core.patch_namespaced_config_map(
         "cm", namespace, ops, _content_type="application/json-patch+json"
     )
-    assert patched.data == {"a": "10", "c/d": "3", "f": "10"}
+    assert patched.data == {"a": "10", "c": "3", "f": "10"}
+    assert patched.metadata.labels == {"k": "v", "example.com/d": "4"}
     failing = [{"op": "test", "path": "/data/a", "value": "1"}, {"op": "remove", "path": "/data/a"}]
     with pytest.raises(client.ApiException) as caught:
         core.patch_namespaced_config_map(
