@@ -126,7 +126,8 @@ def namespace(cluster: Cluster, core: client.CoreV1Api) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     cluster.wait_for(
         lambda: any(
-            item.metadata.name == ROOT_CA for item in core.list_namespaced_config_map(name).items
+            (item.metadata and item.metadata.name) == ROOT_CA
+            for item in core.list_namespaced_config_map(name).items
         ),
         what=f"{ROOT_CA} in {name}",
     )

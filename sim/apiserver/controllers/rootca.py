@@ -66,6 +66,7 @@ class RootCAPublisher:
 
 def _terminating(namespace: JsonObject) -> bool:
     meta = namespace.get("metadata") or {}
-    return bool(meta.get("deletionTimestamp")) or (namespace.get("status") or {}).get(
-        "phase"
-    ) == "Terminating"
+    return (
+        bool(meta.get("deletionTimestamp"))
+        or (namespace.get("status") or {}).get("phase") == "Terminating"
+    )
