@@ -191,10 +191,13 @@ def alive(pid: int) -> bool:
 
 
 def pid_of(name: str) -> int | None:
+    """The recorded pid of ``name``, if that process still runs ``name`` (pids get reused)."""
     try:
-        return int((RUN / f"{name}.pid").read_text())
+        pid = int((RUN / f"{name}.pid").read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
+    return pid if name.encode() in command else None
 
 
 def wait_until(probe_name: str, probe: object, *, timeout: float, owner: str) -> None:
