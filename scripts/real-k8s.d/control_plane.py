@@ -190,12 +190,20 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def pid_of(name: str) -> int | None:
-    """The recorded pid of ``name``, if that process still runs ``name`` (pids get reused)."""
+def recorded_pid(name: str) -> int | None:
     try:
-        pid = int((RUN / f"{name}.pid").read_text())
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return int((RUN / f"{name}.pid").read_text())
     except (OSError, ValueError):
+        return None
+
+
+def pid_of(name: str) -> int | None:
+    """The recorded pid of ``name`` if that process still runs ``name``: a pid file
+    left from an earlier boot may name some other process by now."""
+    pid = recorded_pid(name)
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes() if pid is not None else b""
+    except OSError:
         return None
     return pid if name.encode() in command else None
 
@@ -203,7 +211,7 @@ def pid_of(name: str) -> int | None:
 def wait_until(probe_name: str, probe: object, *, timeout: float, owner: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pid = pid_of(owner)
+        pid = recorded_pid(owner)  # just spawned by us
         if pid is None or not alive(pid):
             tail = (RUN / f"{owner}.log").read_text(errors="replace")[-3000:]
             raise SystemExit(f"real-k8s: {owner} exited while waiting for {probe_name}:\n{tail}")
