@@ -35,8 +35,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+SHIPPED_SCHEDULER_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
 CACHE = Path(os.environ.get("TRAINSCALER_CACHE", Path.home() / ".cache" / "trainscaler"))
 RUN = CACHE / "real-k8s" / "run"
 PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "nodeagent")
@@ -129,38 +132,20 @@ AUDIT_POLICY = {
 }
 
 
-def scheduler_config(kubeconfig: Path) -> dict[str, object]:
-    """kube-scheduler packing GPUs (MostAllocated), as GPU clusters are usually set up.
+def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
+    """The shipped placement profile (deploy/scheduler/kube-scheduler-config.yaml), run for real.
 
-    The default (LeastAllocated over CPU and memory only) spreads pods and
-    leaves every node a GPU or two short of a multi-GPU pod.
+    The real control plane runs the very profile the simulator models
+    (MostAllocated, GPUs weighing most, spreading scores off), so a real
+    kube-scheduler is what checks it. Here it is the only scheduler, so its
+    profile also serves pods that name no scheduler; it needs no leader election.
     """
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [
-            {
-                "schedulerName": "default-scheduler",
-                "pluginConfig": [
-                    {
-                        "name": "NodeResourcesFit",
-                        "args": {
-                            "scoringStrategy": {
-                                "type": "MostAllocated",
-                                "resources": [
-                                    {"name": "cpu", "weight": 1},
-                                    {"name": "memory", "weight": 1},
-                                    {"name": "nvidia.com/gpu", "weight": 5},
-                                ],
-                            }
-                        },
-                    }
-                ],
-            }
-        ],
-    }
+    config: dict[str, Any] = yaml.safe_load(SHIPPED_SCHEDULER_CONFIG.read_text())
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    for profile in config["profiles"]:
+        profile["schedulerName"] = "default-scheduler"
+    return config
 
 
 def spawn(name: str, argv: list[str], *, env: dict[str, str] | None = None) -> int:
