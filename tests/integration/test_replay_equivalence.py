@@ -111,7 +111,9 @@ class Cluster:
         ]
 
     def replicas(self) -> dict[str, int]:
-        return {d["metadata"]["name"]: int(d["spec"]["replicas"]) for d in self.objects(DEPLOYMENTS)}
+        return {
+            d["metadata"]["name"]: int(d["spec"]["replicas"]) for d in self.objects(DEPLOYMENTS)
+        }
 
     def gpu_free(self) -> dict[str, int]:
         """Free GPUs per node, from the pods bound to it."""
@@ -127,7 +129,8 @@ class Cluster:
         """Controllers idle and every watch stream has sent every change so far."""
         if not self.server.wait_idle(timeout=SETTLE_S):
             return False
-        subscribers = self.server.store._subscribers  # noqa: SLF001 - test-only probe
+        # A test-only probe of the store: each watch stream drains one queue.
+        subscribers = self.server.store._subscribers
         with self.server.store.lock:
             return all(s.events.empty() for subs in subscribers.values() for s in subs)
 
@@ -153,7 +156,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         namespace: Any = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         k8s.CoreV1Api(api).create_namespace(namespace)
         api.close()
-        yield Cluster(server, clock, server.write_kubeconfig(tmp_path / "kubeconfig"), scheduler_name)
+        yield Cluster(
+            server, clock, server.write_kubeconfig(tmp_path / "kubeconfig"), scheduler_name
+        )
     finally:
         server.stop()
 

@@ -62,7 +62,9 @@ def _arbitrary(a: RankedPod, b: RankedPod) -> int:
     """Upstream's random or unstable tie, decided reproducibly (see the module docstring)."""
     if a.node != b.node:
         return -1 if a.node > b.node else 1
-    return -1 if a.created_order > b.created_order else (1 if a.created_order < b.created_order else 0)
+    return (
+        -1 if a.created_order > b.created_order else (1 if a.created_order < b.created_order else 0)
+    )
 
 
 def _by_age(a: datetime | None, b: datetime | None, now: datetime | None) -> int | None:
@@ -108,4 +110,8 @@ def _compare(a: RankedPod, b: RankedPod, now: datetime | None) -> int:
 
 def deletion_order(pods: Sequence[RankedPod], *, now: datetime | None) -> list[RankedPod]:
     """``pods`` sorted cheapest to lose first."""
-    return sorted(pods, key=functools.cmp_to_key(lambda a, b: _compare(a, b, now)))
+
+    def compare(a: RankedPod, b: RankedPod) -> int:
+        return _compare(a, b, now)
+
+    return sorted(pods, key=functools.cmp_to_key(compare))

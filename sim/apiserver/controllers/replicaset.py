@@ -37,7 +37,10 @@ class ReplicaSetController(WorkloadController):
         if owner is not None:
             for storage, key in self.store.dependents(str(owner.get("uid", ""))):
                 sibling = self.store.get(storage, key) if storage == _REPLICASETS else None
-                if sibling is not None and sibling["metadata"]["uid"] != replicaset["metadata"]["uid"]:
+                if (
+                    sibling is not None
+                    and sibling["metadata"]["uid"] != replicaset["metadata"]["uid"]
+                ):
                     siblings.append(sibling)
         return [pod for rs in siblings for pod in self.owned(rs, "pods") if is_active(pod)]
 
