@@ -205,7 +205,8 @@ def test_scheduler_profiles_score_as_configured(tmp_path):
             manifest["spec"]["schedulerName"] = scheduler
             core.create_namespaced_pod("sched", manifest)
             server.wait_idle(10)
-            return core.read_namespaced_pod(name, "sched").spec.node_name
+            node: str | None = core.read_namespaced_pod(name, "sched").spec.node_name
+            return node
 
         # Spreading: each pod to the least allocated node (ties by name).
         assert [place(f"s{i}", "spreading") for i in range(3)] == ["node-a", "node-b", "node-c"]
