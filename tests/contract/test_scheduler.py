@@ -180,9 +180,10 @@ profiles:
 """
 
 
-def test_scheduler_profiles_score_as_configured(tmp_path):
+def test_scheduler_profiles_score_as_configured(loopback, tmp_path):
     """The shipped packing profile fills the fullest node; a LeastAllocated
-    profile spreads; a pod naming a scheduler nobody runs stays unbound."""
+    profile spreads; a pod naming a scheduler nobody runs stays unbound.
+    (Loopback only: a private server configured with the profiles.)"""
     from sim.apiserver.controllers.scoring import profiles_from_config
 
     config = tmp_path / "spreading.yaml"
