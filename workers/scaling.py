@@ -19,7 +19,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import LockError
 
-from scheduler_core.models import ClusterResource, ElasticJob, Reason, Resources, ScalingPlan
+from scheduler_core.models import (
+    ClusterResource,
+    ElasticJob,
+    Reason,
+    Resources,
+    ScalingDecision,
+    ScalingPlan,
+)
 from scheduler_core.policies.base import PolicyInput, in_round_order
 from scheduler_core.policies.edl import load_cap
 from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
@@ -250,7 +257,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
         rt.metrics.record_plan(plan)
         generations: dict[str, int] = {}
         at = rt.clock.now()
-        for decision in plan.changes:
+        for decision in apply_order(plan.changes):
             generation = rt.store.record_autoscale_decision(decision, at=at)
             generations[decision.job] = generation
             changes.append(
@@ -292,6 +299,15 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
         rt.metrics.record_autoscale_round(rt.clock.now() - started)
         _release(lock)
     return {"ran": True, "run_id": run_id, "changes": len(changes)}
+
+
+def apply_order(changes: Sequence[ScalingDecision]) -> list[ScalingDecision]:
+    """Shrinks first, so the GPUs they free are there for the grows; then the
+    largest grows first (best-fit decreasing: small ones fill the gaps); ties
+    by job key. Commands are sent in this order; one worker applies them in
+    it, and the scheduler places the new pods in creation order (the
+    simulator's ``kube`` placement assumes exactly this)."""
+    return sorted(changes, key=lambda d: (d.delta > 0, -d.delta, d.job))
 
 
 def cluster_params(policy: str, settings: Settings) -> dict[str, Any]:

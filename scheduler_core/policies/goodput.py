@@ -59,8 +59,8 @@ What it decides
   free GPUs are too scattered, it starts at the largest size that packs (when
   that is at least half).
 * GPUs in use never pass ``max_load_desired`` x ``gpu_total``; targets stay
-  within [min, max]; paused jobs are untouched. The placement itself (fewest
-  nodes) is left to the runtime.
+  within [min, max] or are 0 (preempted: no replicas); paused jobs are
+  untouched. The placement itself (fewest nodes) is left to the runtime.
 """
 
 from __future__ import annotations

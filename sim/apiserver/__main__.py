@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from .controllers.scoring import profiles_from_config
 from .server import LoopbackApiServer
 
 
@@ -22,9 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", default=None, help="write a kubeconfig file here")
     parser.add_argument("--no-controllers", action="store_true")
     parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument(
+        "--scheduler-config",
+        default=None,
+        help="a KubeSchedulerConfiguration (e.g. deploy/scheduler/kube-scheduler-config.yaml): "
+        "its profiles' NodeResourcesFit scoring also schedules pods naming them",
+    )
     args = parser.parse_args(argv)
     server = LoopbackApiServer(
-        args.host, args.port, controllers=not args.no_controllers, scheduler=not args.no_scheduler
+        args.host,
+        args.port,
+        controllers=not args.no_controllers,
+        scheduler=not args.no_scheduler,
+        scheduler_profiles=(
+            profiles_from_config(args.scheduler_config) if args.scheduler_config else None
+        ),
     )
     server.start()
     for index in range(args.nodes):

@@ -18,6 +18,7 @@ from .controllers.manager import Controller, ControllerManager
 from .controllers.replicaset import ReplicaSetController
 from .controllers.rootca import RootCAPublisher
 from .controllers.scheduler import Scheduler
+from .controllers.scoring import FitScoring
 from .controllers.statefulset import StatefulSetController
 from .handler import ApiApplication, ApiHttpServer
 from .json_types import Clock, JsonObject, system_clock
@@ -40,6 +41,7 @@ class LoopbackApiServer:
         bookmark_seconds: float = 5.0,
         clock: Clock = system_clock,
         seed: int = 0,
+        scheduler_profiles: dict[str, FitScoring] | None = None,
     ) -> None:
         self._host = host
         self._requested_port = port
@@ -59,7 +61,7 @@ class LoopbackApiServer:
                 RootCAPublisher(self.operations),
             ]
         if scheduler:
-            participants.append(Scheduler(self.operations))
+            participants.append(Scheduler(self.operations, profiles=scheduler_profiles))
         self._manager = ControllerManager(self.store, participants) if participants else None
         self._http: ApiHttpServer | None = None
         self._serve_thread: threading.Thread | None = None

@@ -85,6 +85,10 @@ class JobView:
     efficient_size: int | None = None
     rank: int | None = None
     history: list[int] = field(default_factory=list)
+    # When the job was submitted, and every report it sent (epoch, replicas,
+    # seconds, sent_at: the clock when it started sending), oldest first.
+    submitted_at: float | None = None
+    reports: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def fulfillment(self) -> float | None:
@@ -149,7 +153,9 @@ class JobDriver:
         epoch_wall_s: float = 3.0,
         sleep_until: Callable[[threading.Event, float], bool] | None = None,
         log: Callable[[str], None] = lambda _line: None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._clock = clock
         self._specs = specs
         self._curves = curves
         self._api = api
@@ -192,7 +198,10 @@ class JobDriver:
 
     def views(self) -> list[JobView]:
         with self._lock:
-            return [replace(v, history=list(v.history)) for v in self._views.values()]
+            return [
+                replace(v, history=list(v.history), reports=[dict(r) for r in v.reports])
+                for v in self._views.values()
+            ]
 
     def annotate(self, name: str, *, rule: str, reason: str) -> None:
         """The newest decision of a job, as the table's poller read it from the API."""
@@ -261,7 +270,13 @@ class JobDriver:
             epochs=spec.epochs,
         )
         request = train_request(spec, namespace=namespace, ps_url=None)
-        self._update(spec.name, key=f"{namespace}/{spec.name}", job_id=spec.name, state="pending")
+        self._update(
+            spec.name,
+            key=f"{namespace}/{spec.name}",
+            job_id=spec.name,
+            state="pending",
+            submitted_at=self._clock(),
+        )
         epoch = 0
         while not self._stop.is_set() and epoch < spec.epochs:
             desired, ready = self._cluster.replicas(spec.name)
@@ -357,12 +372,21 @@ class JobDriver:
             epoch=epoch,
             iterations=self._curves[spec.name].iterations_per_epoch,
         )
+        sent_at = self._clock()
         try:
             answered = self._api.report(task)
         except ApiCallError as error:
             self._update(spec.name, error=str(error)[:200])
             self._log(f"job {spec.name}: report failed: {error}")
             return None
+        sent = {
+            "epoch": float(epoch),
+            "replicas": float(parallelism),
+            "seconds": float(epoch_s if reported_s is None else reported_s),
+            "sent_at": sent_at,
+        }
+        with self._lock:
+            self._views[spec.name].reports.append(sent)
         self._update(spec.name, epoch=epoch, epoch_time_s=epoch_s, error="")
         return answered
 

@@ -94,6 +94,8 @@ class _Job:
     trace: ApplicationTrace
     desired: int = 0
     placement: dict[int, int] = field(default_factory=dict)
+    # kube placement: when each of the job's pods on a node started (ReplicaSet scale-down).
+    started: dict[int, list[float]] = field(default_factory=dict)
     iterations_done: float = 0.0
     epoch: int = 0
     epoch_train_s: float = 0.0
@@ -109,6 +111,13 @@ class _Job:
     @property
     def gpus(self) -> int:
         return sum(self.placement.values())
+
+
+def _grow_kube(job: _Job, add: int, nodes: GpuNodes, *, now: float) -> dict[int, int]:
+    placement = grow_most_allocated(job.placement, add, nodes)
+    for node, count in placement.items():
+        job.started.setdefault(node, []).extend([now] * (count - job.placement.get(node, 0)))
+    return placement
 
 
 # Told after every round: simulated time, jobs finished, jobs in the workload.
@@ -216,7 +225,7 @@ class _Simulation:
                 finished += 1
                 last_completion = max(last_completion, job.completed_at or 0.0)
                 self.nodes.release(job.placement)
-                job.placement = {}
+                job.placement, job.started = {}, {}
                 self.timeline.append((job.completed_at or end, job.spec.name, 0))
             now = end
             if self.progress is not None:
@@ -268,20 +277,24 @@ class _Simulation:
             if job.gpus > job.desired:
                 remove = job.gpus - job.desired
                 job.placement = (
-                    shrink_replicaset(job.placement, remove, self.nodes)
+                    shrink_replicaset(
+                        job.placement, remove, self.nodes, started=job.started, now=now
+                    )
                     if kube
                     else shrink(job.placement, remove, self.nodes)
                 )
-        # Largest additions first (best-fit decreasing): small ones fill the gaps.
+        # Largest additions first (best-fit decreasing): small ones fill the gaps;
+        # ties by job key. The runtime sends its scales in this order too
+        # (workers/scaling.py ``apply_order``).
         growing = sorted(
             (job for job in active if job.gpus < job.desired),
-            key=lambda j: -(j.desired - j.gpus),
+            key=lambda j: (-(j.desired - j.gpus), j.key),
         )
         for job in growing:
             if self.nodes.free_total > 0:
                 add = job.desired - job.gpus
                 job.placement = (
-                    grow_most_allocated(job.placement, add, self.nodes)
+                    _grow_kube(job, add, self.nodes, now=now)
                     if kube
                     else grow(job.placement, add, self.nodes, hint=hints.get(job.key))
                 )

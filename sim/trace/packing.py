@@ -8,8 +8,9 @@ Two models; a job's existing replicas stay where they are in both:
   (GPUs weigh most): the node with the fewest free GPUs that still has one,
   ties to the lowest node index (kube-scheduler breaks ties at random). It
   knows nothing of the job: no hints, no keeping a job together beyond what
-  packing gives. A scale-down is the ReplicaSet controller's: it deletes the
-  pods on the node holding most of the job's pods first.
+  packing gives. A scale-down is the ReplicaSet controller's
+  (``shrink_replicaset``): pods on the nodes holding most of the job's pods
+  go first, then the newest.
 * ``ideal``: the simulator's private best packing (added replicas first to
   nodes the job already uses, then to the nodes a policy hinted when the hint
   fits, else onto the fewest nodes that fit; removed replicas leave the
@@ -18,6 +19,7 @@ Two models; a job's existing replicas stay where they are in both:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 
@@ -144,13 +146,51 @@ def grow_most_allocated(placement: dict[int, int], add: int, nodes: GpuNodes) ->
     return result
 
 
-def shrink_replicaset(placement: dict[int, int], remove: int, nodes: GpuNodes) -> dict[int, int]:
-    """ReplicaSet scale-down: pods on the node with most of the job's pods go first."""
+def shrink_replicaset(
+    placement: dict[int, int],
+    remove: int,
+    nodes: GpuNodes,
+    *,
+    started: dict[int, list[float]] | None = None,
+    now: float = 0.0,
+) -> dict[int, int]:
+    """ReplicaSet scale-down, upstream's ``getPodsToDelete`` order for ready pods.
+
+    Each pod is ranked once by how many of the job's pods share its node; the
+    higher rank goes first; among equal ranks the pod running for less time
+    goes first, compared in ``floor(log2(age in ns))`` buckets. Where upstream
+    is arbitrary (same bucket: random UIDs; same time: an unstable sort), the
+    pod on the highest node index goes first, then the newest; the loopback
+    API server's ReplicaSet controller decides the same way
+    (``sim/apiserver/controllers/pod_ranking.py``). ``started`` (node -> the
+    start times of the job's pods there) is updated in place; pods without a
+    known start count as started at 0.
+    """
+    times = started if started is not None else {}
+    pods = []
+    for node, count in placement.items():
+        known = sorted(times.get(node, []))
+        known = [0.0] * (count - len(known)) + known[-count:] if count else []
+        pods += [(node, at, count) for at in known]
+
+    def order(pod: tuple[int, float, int]) -> tuple[int, int, int, float]:
+        node, at, rank = pod
+        return (-rank, _age_bucket(now - at), -node, -at)
+
     result = dict(placement)
-    for _ in range(min(remove, sum(result.values()))):
-        node = max(result, key=lambda n: (result[n], n))
+    for node, at, _ in sorted(pods, key=order)[: max(0, remove)]:
         result[node] -= 1
         nodes.free[node] += 1
         if result[node] == 0:
             del result[node]
+        if at in times.get(node, []):
+            times[node].remove(at)
+    for node in list(times):
+        if node not in result:
+            del times[node]
     return result
+
+
+def _age_bucket(age_s: float) -> int:
+    nanoseconds = age_s * 1e9
+    return int(math.log2(nanoseconds)) if nanoseconds > 0 else -1

@@ -4,6 +4,7 @@ best fit, and retries when capacity appears (pod deleted, node added)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,3 +163,65 @@ def test_scale_down_removes_pending_then_newest_pods(small_cluster):
         lambda: [p.metadata.name for p in pods()] == [n for n in order if n != newest_name],
         what="the newest running pod to be removed",
     )
+
+
+SPREADING_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: spreading
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: LeastAllocated
+        resources:
+        - {name: nvidia.com/gpu, weight: 1}
+"""
+
+
+def test_scheduler_profiles_score_as_configured(loopback, tmp_path):
+    """The shipped packing profile fills the fullest node; a LeastAllocated
+    profile spreads; a pod naming a scheduler nobody runs stays unbound.
+    (Loopback only: a private server configured with the profiles.)"""
+    from sim.apiserver.controllers.scoring import profiles_from_config
+
+    config = tmp_path / "spreading.yaml"
+    config.write_text(SPREADING_CONFIG)
+    packing = Path(__file__).resolve().parents[2] / "deploy/scheduler/kube-scheduler-config.yaml"
+    profiles = {**profiles_from_config(packing), **profiles_from_config(config)}
+    server = LoopbackApiServer(
+        port=0, controllers=False, scheduler=True, scheduler_profiles=profiles
+    )
+    server.start()
+    try:
+        for name in ("node-a", "node-b", "node-c"):
+            server.add_node(name)
+        api = server.api_client()
+        core: Any = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="sched")))
+
+        def place(name: str, scheduler: str) -> str | None:
+            manifest = pod_manifest(name, requests={"cpu": "1", "nvidia.com/gpu": "1"})
+            manifest["spec"]["schedulerName"] = scheduler
+            core.create_namespaced_pod("sched", manifest)
+            server.wait_idle(10)
+            node: str | None = core.read_namespaced_pod(name, "sched").spec.node_name
+            return node
+
+        # Spreading: each pod to the least allocated node (ties by name).
+        assert [place(f"s{i}", "spreading") for i in range(3)] == ["node-a", "node-b", "node-c"]
+        # Round robin while they tie: node-a ends with 3 GPUs used, b and c with 2.
+        assert place("s3", "spreading") == "node-a"
+        assert place("s4", "spreading") == "node-b"
+        assert place("s5", "spreading") == "node-c"
+        assert place("s6", "spreading") == "node-a"
+        # Packing (MostAllocated): the fullest node with a free GPU: node-a (3 of 4),
+        # then, node-a full, node-b and node-c tie at 2 (by name).
+        assert place("p0", "trainscaler-packing") == "node-a"
+        assert place("p1", "trainscaler-packing") == "node-b"
+        assert place("p2", "trainscaler-packing") == "node-b"
+        assert place("nobody", "no-such-scheduler") is None
+        api.close()
+    finally:
+        server.stop()

@@ -77,7 +77,24 @@ def test_most_allocated_stops_when_the_cluster_is_full() -> None:
     assert nodes.free == [0, 0]
 
 
-def test_replicaset_scale_down_takes_pods_from_the_jobs_fullest_node_first() -> None:
+def test_replicaset_scale_down_ranks_pods_by_the_jobs_pods_on_their_node_once() -> None:
     nodes = nodes_with([0, 1, 3])
-    assert shrink_replicaset({0: 4, 1: 3, 2: 1}, 3, nodes) == {0: 2, 1: 2, 2: 1}
-    assert nodes.free == [2, 2, 3]
+    # kube getPodsToDelete: ranks 4, 3, 1 counted before deleting, so all
+    # three victims come from node 0 (not 0, 1, 0 as re-ranking would give).
+    assert shrink_replicaset({0: 4, 1: 3, 2: 1}, 3, nodes) == {0: 1, 1: 3, 2: 1}
+    assert nodes.free == [3, 1, 3]
+
+
+def test_replicaset_scale_down_among_equal_ranks_takes_the_newest_pods() -> None:
+    nodes = nodes_with([0, 0])
+    started = {0: [0.0, 0.0], 1: [100.0, 100.0]}
+    # Ages 160 s and 60 s: log2 buckets 37 and 35 (ns), the younger go first.
+    assert shrink_replicaset({0: 2, 1: 2}, 2, nodes, started=started, now=160.0) == {0: 2}
+    assert started == {0: [0.0, 0.0]}
+
+
+def test_replicaset_scale_down_breaks_upstreams_random_ties_by_highest_node() -> None:
+    nodes = nodes_with([0, 0])
+    # Same age bucket (upstream compares random UIDs): the highest node index first.
+    started = {0: [100.0, 100.0], 1: [101.0, 101.0]}
+    assert shrink_replicaset({0: 2, 1: 2}, 1, nodes, started=started, now=160.0) == {0: 2, 1: 1}

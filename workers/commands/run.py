@@ -239,20 +239,27 @@ def _summary(
             "applied": applied.model_dump(mode="json") if applied is not None else None,
             # Oldest first, each with its reason's rule and numbers.
             "decisions": decisions,
+            # What the job told trainscaler: each report as sent, oldest first.
+            "submitted_at": view.submitted_at,
+            "reports": view.reports,
         }
     dead: int | None = None
     with suppress(Exception):
         dead = runtime.dead_letters.count()
     autoscale_runs: int | None = None
     plans: list[list[dict[str, Any]]] = []
+    plan_times: list[float] = []
     with suppress(Exception):
         autoscale_runs = len(runtime.store.runs(limit=1000))
-        history = reversed(runtime.store.plan_history(limit=200))
+        history = list(reversed(runtime.store.plan_history(limit=200)))
         plans = [[_decision_summary(d) for d in record.plan.decisions] for record in history]
+        plan_times = [record.at for record in history]
     return {
         "cluster_policy": plan.settings.cluster_policy,
         # Every stored cluster plan, oldest first: each job's decision with its numbers.
         "plans": plans,
+        # When each plan was made (the runtime's clock), same order.
+        "plan_times": plan_times,
         "api_url": plan.api_url,
         "flower_url": plan.flower_url,
         "run_dir": str(plan.run_dir),

@@ -3,7 +3,13 @@ Ready, schedulable node with the least capacity left after placement (best
 fit, ties by name) among those whose allocatable minus the requests of bound,
 non-terminated pods fits the pod's requests (cpu, memory, extended resources
 such as nvidia.com/gpu). Unfit pods stay Pending with PodScheduled=False,
-reason Unschedulable; all pending pods are retried whenever capacity changes.
+reason Unschedulable; all pending pods are retried whenever capacity changes,
+in creation order.
+
+Pods naming a scheduler profile the server was configured with (a
+``KubeSchedulerConfiguration``, ``scoring.profiles_from_config``) are scored by
+that profile's ``NodeResourcesFit`` strategy instead (``scoring.FitScoring``:
+highest score wins, ties by node name), as that second scheduler would.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ..operations import ApiOperations
 from ..resources import ObjectRef
 from ..store import StoreEvent, object_key
 from .common import TERMINATED_PHASES, set_condition
+from .scoring import FitScoring
 
 Resources = dict[str, Fraction]
 _DEFAULT_SCHEDULER = "default-scheduler"
@@ -88,8 +95,12 @@ def _tolerates(pod: JsonObject, taint: JsonObject) -> bool:
 class Scheduler:
     """Controller-manager participant; see the module docstring for the policy."""
 
-    def __init__(self, operations: ApiOperations) -> None:
+    def __init__(
+        self, operations: ApiOperations, *, profiles: dict[str, FitScoring] | None = None
+    ) -> None:
         self.operations = operations
+        # schedulerName -> scoring, besides the default scheduler's best fit.
+        self.profiles = dict(profiles or {})
         self.store = operations.store
         self.pods = operations.resource("", "v1", "pods")
         self._nodes: dict[str, NodeState] = {}
@@ -158,10 +169,13 @@ class Scheduler:
                 self._account(key, node_name, requests=pod_requests(pod))
             if status.get("phase", "Pending") == "Pending":
                 self._to_start[key] = None
-        elif spec.get("schedulerName", _DEFAULT_SCHEDULER) == _DEFAULT_SCHEDULER:
+        elif self._serves(spec.get("schedulerName", _DEFAULT_SCHEDULER)):
             self._pending[key] = None
             if not was_pending:
                 self._newly_pending[key] = None
+
+    def _serves(self, scheduler_name: str) -> bool:
+        return scheduler_name == _DEFAULT_SCHEDULER or scheduler_name in self.profiles
 
     # ------------------------------------------------------------ reconciling
     def reconcile(self) -> None:
@@ -184,6 +198,7 @@ class Scheduler:
         reasons: Counter[str] = Counter()
         best: tuple[Fraction, str, NodeState] | None = None
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        profile = self.profiles.get((pod.get("spec") or {}).get("schedulerName", ""))
         for name in sorted(self._nodes):
             node = self._nodes[name]
             if not node.ready:
@@ -204,6 +219,14 @@ class Scheduler:
                     reasons[
                         "Too many pods" if resource == "pods" else f"Insufficient {resource}"
                     ] += 1
+                continue
+            if profile is not None:
+                # Highest fit score first: negated so the smallest key wins, as below.
+                score = profile.score(
+                    allocatable=node.allocatable, used=node.used, requests=requests
+                )
+                if best is None or (Fraction(-score), name) < (best[0], best[1]):
+                    best = (Fraction(-score), name, node)
                 continue
             leftover = Fraction(0)
             for resource in set(requests) | {"cpu", "memory"}:

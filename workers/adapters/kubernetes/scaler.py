@@ -227,7 +227,8 @@ class KubeReplicaScaler:
         rule: str | None = None,
         limited_by: str | None = None,
     ) -> int:
-        """Set ``job``'s target to ``replicas`` (clamped to [min, max]); the count after.
+        """Set ``job``'s target to ``replicas`` (clamped to [min, max]; 0 is a preemption
+        and stays 0); the count after.
 
         ``policy``, ``rule`` and ``limited_by`` (the planner's reason numbers)
         go into ``status.lastDecision`` and the ``ScalingLimited`` condition.
@@ -253,7 +254,9 @@ class KubeReplicaScaler:
                     f"{job}: invalid bounds minReplicas={min_replicas} maxReplicas={max_replicas}"
                 )
             # EDL: never shrink below min_replicas nor grow above max_replicas.
-            desired = max(min_replicas, min(max_replicas, replicas))
+            # A target of 0 is a preemption (goodput, tiresias: the job holds no
+            # replicas until it is planned again); minReplicas bounds a running job.
+            desired = 0 if replicas == 0 else max(min_replicas, min(max_replicas, replicas))
             # A remembered count that already looks right is read again before it is confirmed.
             first_read = (
                 (remembered.replicas, remembered.target_object)

@@ -50,7 +50,7 @@ def replica_limit(
     """HPA's ``ScalingLimited`` reasons: by max, by min, or by cluster capacity."""
     if requested > max_replicas or (limited_by == AT_MAX and requested >= max_replicas):
         return Limit("TooManyReplicas", f"desired {requested} capped at maxReplicas {max_replicas}")
-    if requested < min_replicas:
+    if 0 < requested < min_replicas:  # 0: a preemption, not raised
         return Limit("TooFewReplicas", f"desired {requested} raised to minReplicas {min_replicas}")
     if limited_by in CAPACITY_LIMITS:
         return Limit("InsufficientCapacity", f"cannot grow beyond {requested}: {limited_by}")
