@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlsplit
 from . import discovery
 from .errors import ApiError
 from .json_types import JsonObject
+from .openapi import CRD_STORAGE, OpenApiPublisher, serve_openapi
 from .operations import ApiOperations, parse_json
 from .reads import expired_watch_event, list_objects, open_watch
 from .resources import ObjectRef, ResourceType
@@ -37,6 +38,7 @@ class ApiApplication:
     stopping: threading.Event = field(default_factory=threading.Event)
     bookmark_seconds: float = 5.0
     server_address: str = ""
+    openapi: OpenApiPublisher = field(default_factory=OpenApiPublisher)
 
 
 class ApiHttpServer(ThreadingHTTPServer):
@@ -140,6 +142,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 )
             elif isinstance(target, DiscoveryTarget) and method == "GET":
                 self._serve_discovery(target)
+            elif method == "GET" and url.path.startswith("/openapi/"):
+                self._serve_openapi(url.path)
             elif method == "GET" and url.path in ("/version", "/version/"):
                 self._send_json(200, discovery.VERSION_INFO)
             elif method == "GET" and url.path in ("/healthz", "/livez", "/readyz"):
@@ -173,6 +177,26 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if document is None:
             raise ApiError(404, "the server could not find the requested resource")
         self._send_json(200, document)
+
+    def _serve_openapi(self, path: str) -> None:
+        application = self.server.application
+        crds, _ = application.operations.store.items(CRD_STORAGE, None)
+        answer = serve_openapi(
+            application.openapi,
+            path,
+            types=application.operations.registry.all_types(),
+            crds=crds,
+            accept=self.headers.get("Accept") or "",
+        )
+        if answer is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        if not answer.content_type:
+            raise ApiError(406, "only application/json is served for /openapi/v2")
+        self.send_response(200)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
 
     # ------------------------------------------------------------- resources
     def _serve_resource(
