@@ -22,6 +22,8 @@ from .reads import expired_watch_event, list_objects, open_watch
 from .resources import ObjectRef, ResourceType
 from .routing import DiscoveryTarget, ResourceTarget, parse_path, verb_of
 from .subresources import Subresources
+from .tables import TableRenderer, wants_table
+from .timefmt import parse_time
 from .traffic import FaultInjector, RequestCounter
 from .watch_stream import DEFAULT_WATCH_SECONDS, client_has_gone, encode_event, stream_events
 
@@ -248,7 +250,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             subresources = Subresources(operations)
             self._send_json(201, subresources.bind(ref.key, parse_json(body)))
         elif method == "GET":
-            self._send_json(200, operations.get(ref))
+            obj = operations.get(ref)
+            renderer = self._table_renderer(resource_type, params)
+            self._send_json(200, renderer.of_object(obj) if renderer else obj)
         elif method == "PUT":
             self._send_json(200, operations.update(ref, parse_json(body), subresource=sub))
         elif method == "PATCH":
@@ -297,10 +301,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if method == "GET" and watch:
             self._serve_watch(resource_type, namespace, params=params)
         elif method == "GET":
-            self._send_json(
-                200,
-                list_objects(operations.store, resource_type, namespace=namespace, params=params),
+            listed = list_objects(
+                operations.store, resource_type, namespace=namespace, params=params
             )
+            renderer = self._table_renderer(resource_type, params)
+            self._send_json(200, renderer.of_list(listed) if renderer else listed)
         elif method == "POST":
             self._send_json(
                 201, operations.create(resource_type, parse_json(body), namespace=namespace or "")
@@ -349,6 +354,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self._end_stream()
             return
         bookmarks = params.get("allowWatchBookmarks", "").lower() in _TRUE
+        renderer = self._table_renderer(resource_type, params)
         self._start_stream()
         try:
             stream_events(
@@ -360,10 +366,32 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 write_chunk=self._write_chunk,
                 client_gone=lambda: client_has_gone(self.connection),
                 stopping=application.stopping,
+                transform=renderer.of_event if renderer else None,
             )
             self._end_stream()
         except OSError:
             self.close_connection = True
+
+    def _table_renderer(
+        self, resource_type: ResourceType, params: dict[str, str]
+    ) -> TableRenderer | None:
+        """A renderer when the client asked for ``as=Table`` (kubectl get), else None."""
+        version = wants_table(self.headers.get("Accept") or "")
+        if version is None:
+            return None
+        operations = self.server.application.operations
+        crd = (
+            operations.store.get(CRD_STORAGE, ("", resource_type.storage))
+            if resource_type.custom
+            else None
+        )
+        return TableRenderer(
+            resource_type,
+            crd=crd,
+            include_object=params.get("includeObject"),
+            version=version,
+            now=parse_time(operations.now()),
+        )
 
     def _start_stream(self) -> None:
         self.send_response(200)

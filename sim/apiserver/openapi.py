@@ -188,7 +188,9 @@ def _operation(
             _parameter(name, where="query", v3=v3) for name in _QUERY_PARAMETERS
         ]
         body_ref = (
-            ref if verb != "patch" else ref.rsplit("/", 1)[0] + "/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
+            ref
+            if verb != "patch"
+            else ref.rsplit("/", 1)[0] + "/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
         )
         media = (
             ["application/json-patch+json", "application/merge-patch+json"]
@@ -233,7 +235,10 @@ def _paths(resource_type: ResourceType, *, ref: str, v3: bool) -> dict[str, Json
     if common:
         collection["parameters"] = common
     item["parameters"] = [*common, _parameter("name", where="path", v3=v3)]
-    return {f"{scoped}/{resource_type.plural}": collection, f"{scoped}/{resource_type.plural}/{{name}}": item}
+    return {
+        f"{scoped}/{resource_type.plural}": collection,
+        f"{scoped}/{resource_type.plural}/{{name}}": item,
+    }
 
 
 @dataclass
