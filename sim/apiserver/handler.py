@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from . import discovery
+from .admission import FieldValidation
 from .errors import ApiError
 from .json_types import JsonObject
-from .openapi import CRD_STORAGE, OpenApiPublisher, serve_openapi
+from .openapi import CRD_STORAGE, serve_openapi
 from .operations import ApiOperations, parse_json
 from .reads import expired_watch_event, list_objects, open_watch
 from .resources import ObjectRef, ResourceType
@@ -30,6 +31,14 @@ from .watch_stream import DEFAULT_WATCH_SECONDS, client_has_gone, encode_event, 
 _TRUE = ("true", "1")
 
 
+def _warning_headers(fields: FieldValidation) -> dict[str, str] | None:
+    """RFC 7234 ``Warning: 299 - "text"`` values, comma-joined as client-go parses them."""
+    if not fields.warnings:
+        return None
+    quoted = (json.dumps(text) for text in fields.warnings)
+    return {"Warning": ", ".join(f"299 - {text}" for text in quoted)}
+
+
 @dataclass
 class ApiApplication:
     """Everything a request handler needs; owned by ``LoopbackApiServer``."""
@@ -40,7 +49,6 @@ class ApiApplication:
     stopping: threading.Event = field(default_factory=threading.Event)
     bookmark_seconds: float = 5.0
     server_address: str = ""
-    openapi: OpenApiPublisher = field(default_factory=OpenApiPublisher)
 
 
 class ApiHttpServer(ThreadingHTTPServer):
@@ -184,7 +192,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         application = self.server.application
         crds, _ = application.operations.store.items(CRD_STORAGE, None)
         answer = serve_openapi(
-            application.openapi,
+            application.operations.openapi,
             path,
             types=application.operations.registry.all_types(),
             crds=crds,
@@ -254,11 +262,16 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             renderer = self._table_renderer(resource_type, params)
             self._send_json(200, renderer.of_object(obj) if renderer else obj)
         elif method == "PUT":
-            self._send_json(200, operations.update(ref, parse_json(body), subresource=sub))
+            fields = FieldValidation.from_params(params)
+            updated = operations.update(ref, parse_json(body), subresource=sub, fields=fields)
+            self._send_json(200, updated, headers=_warning_headers(fields))
         elif method == "PATCH":
+            fields = FieldValidation.from_params(params)
             content_type = self.headers.get("Content-Type") or ""
-            patched = operations.patch(ref, body, content_type=content_type, subresource=sub)
-            self._send_json(200, patched)
+            patched = operations.patch(
+                ref, body, content_type=content_type, subresource=sub, fields=fields
+            )
+            self._send_json(200, patched, headers=_warning_headers(fields))
         elif method == "DELETE" and sub is None:
             self._send_json(200, operations.delete(ref, self._delete_options(params, body)))
         else:
@@ -307,9 +320,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             renderer = self._table_renderer(resource_type, params)
             self._send_json(200, renderer.of_list(listed) if renderer else listed)
         elif method == "POST":
-            self._send_json(
-                201, operations.create(resource_type, parse_json(body), namespace=namespace or "")
+            fields = FieldValidation.from_params(params)
+            created = operations.create(
+                resource_type, parse_json(body), namespace=namespace or "", fields=fields
             )
+            self._send_json(201, created, headers=_warning_headers(fields))
         elif method == "DELETE":
             listed = list_objects(
                 operations.store,

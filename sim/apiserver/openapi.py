@@ -15,7 +15,7 @@ import copy
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +276,22 @@ class OpenApiPublisher:
                 kind = str((spec.get("names") or {}).get("kind"))
                 names[(str(spec.get("group")), version, kind)] = next(iter(crd_defs))
         return definitions, names
+
+    def builtin_schema(
+        self, resource_type: ResourceType
+    ) -> tuple[JsonObject, Callable[[str], JsonObject | None]] | None:
+        """A built-in kind's schema and a resolver for its references (None for events.k8s.io,
+        whose objects are stored in core/v1 form)."""
+        if resource_type.group == "events.k8s.io":
+            return None
+        with self._lock:
+            if V3_PREFIX not in self._builtin:
+                self._builtin[V3_PREFIX] = builtin_definitions(V3_PREFIX)
+            definitions, roots = self._builtin[V3_PREFIX]
+        name = roots.get(resource_type)
+        if name is None:
+            return None
+        return definitions[name], definitions.get
 
     def group_version_document(
         self, types: list[ResourceType], *, crds: list[JsonObject]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -179,6 +180,8 @@ class TableRenderer:
         self._version = version
         self._now = now
         self._events_v1 = resource_type.group == "events.k8s.io"
+        self._columns: tuple[Column, ...]
+        self._cells: Callable[[JsonObject, datetime], Cells]
         if resource_type.custom:
             custom = CustomPrinter.from_crd(crd, resource_type.version)
             self._columns, self._cells = custom.columns, custom.cells
