@@ -29,6 +29,7 @@ from .traffic import FaultInjector, RequestCounter
 from .watch_stream import DEFAULT_WATCH_SECONDS, client_has_gone, encode_event, stream_events
 
 _TRUE = ("true", "1")
+_PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 def _warning_headers(fields: FieldValidation) -> dict[str, str] | None:
@@ -139,6 +140,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         try:
             body = self._read_body()
+            if body and _PROTOBUF in (self.headers.get("Content-Type") or ""):
+                # Typed kubectl commands (create namespace, create deployment) send protobuf.
+                raise ApiError(
+                    415,
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/json, application/yaml (protobuf is not served by the "
+                    "loopback apiserver)",
+                )
             target = parse_path(url.path)
             if isinstance(target, ResourceTarget):
                 watch = params.get("watch", "").lower() in _TRUE
