@@ -60,7 +60,7 @@ GADGET_SCHEMA: dict[str, Any] = {
         "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
     },
 }
-GADGET_COLUMNS = [
+GADGET_COLUMNS: list[dict[str, Any]] = [
     {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
     {"name": "Colour", "type": "string", "jsonPath": ".spec.colour"},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.tuning.mode", "priority": 1},
