@@ -218,6 +218,72 @@ def _configmap(obj: JsonObject, now: datetime) -> Cells:
     return [_name(obj), count, _age(obj, now)]
 
 
+def _service(obj: JsonObject, now: datetime) -> Cells:
+    spec = obj.get("spec") or {}
+    kind = str(spec.get("type") or "ClusterIP")
+    external = list(spec.get("externalIPs") or [])
+    if kind == "LoadBalancer":
+        ingress = get_path(obj, ".status.loadBalancer.ingress") or []
+        external += [i.get("ip") or i.get("hostname") or "" for i in ingress]
+        shown_external = ",".join(external) or "<pending>"
+    elif kind == "ExternalName":
+        shown_external = str(spec.get("externalName") or _NONE)
+    else:
+        shown_external = ",".join(external) or _NONE
+    ports = []
+    for port in spec.get("ports") or []:
+        protocol = port.get("protocol") or "TCP"
+        if port.get("nodePort"):
+            ports.append(f"{port.get('port')}:{port['nodePort']}/{protocol}")
+        else:
+            ports.append(f"{port.get('port')}/{protocol}")
+    selector = spec.get("selector") or {}
+    return [
+        _name(obj),
+        kind,
+        spec.get("clusterIP") or _NONE,
+        shown_external,
+        ",".join(ports) or _NONE,
+        _age(obj, now),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or _NONE,
+    ]
+
+
+def _secret(obj: JsonObject, now: datetime) -> Cells:
+    count = len(obj.get("data") or {}) + len(obj.get("stringData") or {})
+    return [_name(obj), obj.get("type") or "Opaque", count, _age(obj, now)]
+
+
+def _service_account(obj: JsonObject, now: datetime) -> Cells:
+    return [_name(obj), len(obj.get("secrets") or []), _age(obj, now)]
+
+
+def _lease(obj: JsonObject, now: datetime) -> Cells:
+    return [_name(obj), get_path(obj, ".spec.holderIdentity") or "", _age(obj, now)]
+
+
+def _autoscaler(obj: JsonObject, now: datetime) -> Cells:
+    """autoscaling/v1: one CPU utilization target, shown as kube does ("cpu: 40%/80%")."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    target_ref = spec.get("scaleTargetRef") or {}
+    wanted = spec.get("targetCPUUtilizationPercentage")
+    targets = _NONE
+    if wanted is not None:
+        current = status.get("currentCPUUtilizationPercentage")
+        shown = f"{current}%" if current is not None else "<unknown>"
+        targets = f"cpu: {shown}/{wanted}%"
+    minimum = spec.get("minReplicas")
+    return [
+        _name(obj),
+        f"{target_ref.get('kind', '')}/{target_ref.get('name', '')}",
+        targets,
+        str(minimum) if minimum is not None else "<unset>",
+        int(spec.get("maxReplicas") or 0),
+        int(status.get("currentReplicas") or 0),
+        _age(obj, now),
+    ]
+
+
 def _event(obj: JsonObject, now: datetime) -> Cells:
     first = obj.get("firstTimestamp") or obj.get("eventTime")
     last = obj.get("lastTimestamp") or first
@@ -319,6 +385,33 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ),
     ("", "Namespace"): Printer((NAME, Column("Status"), AGE), _namespace),
     ("", "ConfigMap"): Printer((NAME, Column("Data", "integer"), AGE), _configmap),
+    ("", "Service"): Printer(
+        (
+            NAME,
+            Column("Type"),
+            Column("Cluster-IP"),
+            Column("External-IP"),
+            Column("Port(s)"),
+            AGE,
+            Column("Selector", priority=1),
+        ),
+        _service,
+    ),
+    ("", "Secret"): Printer((NAME, Column("Type"), Column("Data", "integer"), AGE), _secret),
+    ("", "ServiceAccount"): Printer((NAME, Column("Secrets", "integer"), AGE), _service_account),
+    ("coordination.k8s.io", "Lease"): Printer((NAME, Column("Holder"), AGE), _lease),
+    ("autoscaling", "HorizontalPodAutoscaler"): Printer(
+        (
+            NAME,
+            Column("Reference"),
+            Column("Targets"),
+            Column("MinPods"),
+            Column("MaxPods", "integer"),
+            Column("Replicas", "integer"),
+            AGE,
+        ),
+        _autoscaler,
+    ),
     ("", "Event"): Printer(
         (
             Column("Last Seen"),

@@ -166,3 +166,37 @@ def test_watch_streams_one_row_tables(cluster, core, namespace):
     table = added[0]["object"]
     assert table["kind"] == "Table"
     assert [row["cells"][0] for row in table["rows"]] == ["w1"]
+
+
+def test_other_built_in_columns(cluster, namespace):
+    expected = {
+        "/apis/apps/v1/namespaces/{ns}/statefulsets": (
+            ["Name", "Ready", "Age"],
+            ["Containers", "Images"],
+        ),
+        "/apis/apps/v1/namespaces/{ns}/replicasets": (
+            ["Name", "Desired", "Current", "Ready", "Age"],
+            ["Containers", "Images", "Selector"],
+        ),
+        "/apis/batch/v1/namespaces/{ns}/jobs": (
+            ["Name", "Status", "Completions", "Duration", "Age"],
+            ["Containers", "Images", "Selector"],
+        ),
+        "/api/v1/namespaces/{ns}/services": (
+            ["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age"],
+            ["Selector"],
+        ),
+        "/api/v1/namespaces/{ns}/configmaps": (["Name", "Data", "Age"], []),
+        "/api/v1/namespaces/{ns}/secrets": (["Name", "Type", "Data", "Age"], []),
+        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases": (["Name", "Holder", "Age"], []),
+        "/apis/autoscaling/v1/namespaces/{ns}/horizontalpodautoscalers": (
+            ["Name", "Reference", "Targets", "MinPods", "MaxPods", "Replicas", "Age"],
+            [],
+        ),
+        "/api/v1/namespaces": (["Name", "Status", "Age"], []),
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": (["Name", "Created At"], []),
+    }
+    for path, (columns, wide) in expected.items():
+        table = _table(cluster, path.format(ns=namespace))
+        assert _columns(table) == columns, path
+        assert _columns(table, wide=True) == columns + wide, path  # wide columns come last
