@@ -200,6 +200,8 @@ ELASTICJOB_CRD: dict[str, Any] = {
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
+                        "description": "An elastic training job: a workload whose replicas "
+                        "trainscaler sets within bounds, by a scaling policy.",
                         "required": ["spec"],
                         "properties": {
                             "apiVersion": {"type": "string"},
