@@ -14,8 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kubernetes.client import models
-
 from .json_types import JsonObject
 from .resources import BUILTIN_TYPES, ResourceType
 
@@ -134,6 +132,10 @@ class _Walker:
         name = definition_name(model_name)
         if name in self.definitions:
             return name
+        # Imported here: the client's models take a second to load, and the server
+        # must start in milliseconds; only OpenAPI and strict validation need them.
+        from kubernetes.client import models
+
         model = getattr(models, model_name, None)
         if model is None:
             self.definitions[name] = {"type": "object"}

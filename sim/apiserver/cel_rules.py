@@ -12,13 +12,13 @@ error instead. cel-python is the ``sim`` extra's dependency: the production
 from __future__ import annotations
 
 import threading
-from typing import Any
-
-import celpy
-from celpy.adapter import json_to_cel
+from typing import TYPE_CHECKING, Any
 
 from .json_types import JsonObject
 from .schema_validation import FieldError, child_path, json_type_name
+
+if TYPE_CHECKING:
+    import celpy
 
 _RULES = "x-kubernetes-validations"
 
@@ -27,7 +27,7 @@ class CelRules:
     """Compiles each rule once and evaluates rules against values."""
 
     def __init__(self) -> None:
-        self._environment = celpy.Environment()
+        self._environment: celpy.Environment | None = None
         self._programs: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -35,6 +35,11 @@ class CelRules:
         with self._lock:
             program = self._programs.get(rule)
             if program is None:
+                if self._environment is None:
+                    # Imported on the first rule: cel-python takes ~0.5 s to load.
+                    import celpy
+
+                    self._environment = celpy.Environment()
                 program = self._environment.program(self._environment.compile(rule))
                 self._programs[rule] = program
             return program
@@ -76,6 +81,8 @@ class CelRules:
             rule = str(entry.get("rule", ""))
             if "oldSelf" in rule and old is None:
                 continue
+            from celpy.adapter import json_to_cel
+
             activation = {"self": json_to_cel(value)}
             if old is not None:
                 activation["oldSelf"] = json_to_cel(old)
