@@ -119,9 +119,11 @@ class SchemaAdmission:
         schema = crd_version_schema(crd or {}, resource_type.version)
         if schema is None:
             return
-        if fields is not None:
-            fields.report(resource_type, unknown_fields(obj, schema))
-        prune(obj, schema)
+        # spec.preserveUnknownFields (legacy CRDs) turns pruning off for the whole object.
+        if not (crd or {}).get("spec", {}).get("preserveUnknownFields"):
+            if fields is not None:
+                fields.report(resource_type, unknown_fields(obj, schema))
+            prune(obj, schema)
         apply_schema_defaults(obj, schema)
         errors = validate_value(obj, schema)
         if not errors:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .errors import ApiError
 from .json_types import JsonObject
 from .schema_validation import FieldError, child_path, json_type_name
 
@@ -21,6 +22,18 @@ if TYPE_CHECKING:
     import celpy
 
 _RULES = "x-kubernetes-validations"
+
+
+def _environment() -> celpy.Environment:
+    """cel-python, imported on the first rule (it takes ~0.5 s to load)."""
+    try:
+        import celpy
+    except ImportError as error:  # an install without the sim/embedded extras
+        raise ApiError(
+            500,
+            "x-kubernetes-validations need cel-python: pip install 'trainscaler[sim]'",
+        ) from error
+    return celpy.Environment()
 
 
 class CelRules:
@@ -36,10 +49,7 @@ class CelRules:
             program = self._programs.get(rule)
             if program is None:
                 if self._environment is None:
-                    # Imported on the first rule: cel-python takes ~0.5 s to load.
-                    import celpy
-
-                    self._environment = celpy.Environment()
+                    self._environment = _environment()
                 program = self._environment.program(self._environment.compile(rule))
                 self._programs[rule] = program
             return program
@@ -53,6 +63,8 @@ class CelRules:
             rule = str((entry or {}).get("rule", ""))
             try:
                 self._program(rule)
+            except ApiError:
+                raise
             except Exception as error:  # celpy raises its own parse error types
                 errors.append(
                     f"{path}.{_RULES}[{index}].rule: Invalid value: {rule!r}: compilation failed: "
