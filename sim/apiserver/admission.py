@@ -62,7 +62,7 @@ class FieldValidation:
         self.warnings += [f'unknown field "{path}"' for path in unknown]
 
 
-def invalid_object(resource_type: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
+def invalid_object(resource_type: ResourceType, name: str, *, errors: list[FieldError]) -> ApiError:
     """422 Invalid as kube words it: ``Kind.group "name" is invalid: [a, b]``."""
     qualified = (
         f"{resource_type.kind}.{resource_type.group}" if resource_type.group else resource_type.kind
@@ -129,7 +129,7 @@ class SchemaAdmission:
         if not errors:
             errors = self._cel.check(obj, schema, old=old)
         if errors:
-            raise invalid_object(resource_type, name, errors)
+            raise invalid_object(resource_type, name, errors=errors)
 
     def _admit_crd(self, resource_type: ResourceType, crd: JsonObject, *, name: str) -> None:
         problems: list[FieldError] = []
@@ -140,4 +140,4 @@ class SchemaAdmission:
                 where, _, detail = problem.partition(": ")
                 problems.append(FieldError(where, "FieldValueInvalid", detail))
         if problems:
-            raise invalid_object(resource_type, name, problems)
+            raise invalid_object(resource_type, name, errors=problems)

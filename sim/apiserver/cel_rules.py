@@ -87,7 +87,9 @@ class CelRules:
             return False, str(result.args[0] if result.args else result)
         return bool(result), ""
 
-    def _check_node(self, value: Any, old: Any, schema: JsonObject, path: str) -> list[FieldError]:
+    def _check_node(
+        self, value: Any, schema: JsonObject, *, old: Any, path: str
+    ) -> list[FieldError]:
         errors: list[FieldError] = []
         for entry in schema.get(_RULES) or []:
             rule = str(entry.get("rule", ""))
@@ -134,7 +136,7 @@ class CelRules:
         """Every failing rule in ``value``'s tree; old values pair by key (and list-map key)."""
         if not isinstance(schema, dict) or value is None:
             return []
-        errors = self._check_node(value, old, schema, path)
+        errors = self._check_node(value, schema, old=old, path=path)
         if isinstance(value, dict):
             properties = schema.get("properties") or {}
             additional = schema.get("additionalProperties")

@@ -41,39 +41,13 @@ _KIND_DESCRIPTION = (
     "may infer this from the endpoint the client submits requests to. Cannot be updated. In "
     "CamelCase."
 )
-_LIST_META_SCHEMA: JsonObject = {
-    "type": "object",
-    "description": "ListMeta describes metadata that synthetic resources must have.",
-    "properties": {
-        "continue": {"type": "string"},
-        "remainingItemCount": {"type": "integer", "format": "int64"},
-        "resourceVersion": {"type": "string"},
-        "selfLink": {"type": "string"},
-    },
-}
 _QUERY_PARAMETERS = ("dryRun", "fieldManager", "fieldValidation", "pretty")
 JSON = "application/json"
-PROTOBUF_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 
 
 def crd_definition_name(group: str, version: str, kind: str) -> str:
     """``trainscaler.io`` v1alpha1 ElasticJob -> ``io.trainscaler.v1alpha1.ElasticJob``."""
     return ".".join([*reversed(group.split(".")), version, kind])
-
-
-def _with_ref_prefix(schema: Any, *, prefix: str) -> Any:
-    """A copy of ``schema`` whose local references point under ``prefix``."""
-    if isinstance(schema, dict):
-        result = {}
-        for key, value in schema.items():
-            if key == "$ref" and isinstance(value, str) and value.startswith("#/"):
-                result[key] = prefix + value.rsplit("/", 1)[1]
-            else:
-                result[key] = _with_ref_prefix(value, prefix=prefix)
-        return result
-    if isinstance(schema, list):
-        return [_with_ref_prefix(item, prefix=prefix) for item in schema]
-    return schema
 
 
 def crd_version_schema(crd: JsonObject, version: str) -> JsonObject | None:
@@ -258,7 +232,6 @@ class OpenApiPublisher:
                 self._builtin[prefix] = builtin_definitions(prefix)
             builtin, roots = self._builtin[prefix]
         definitions = dict(builtin)
-        definitions.setdefault(_LIST_META, _LIST_META_SCHEMA)
         definitions["io.k8s.apimachinery.pkg.apis.meta.v1.Patch"] = {
             "type": "object",
             "description": "Patch is provided to give a concrete name and type to the "
@@ -325,7 +298,7 @@ class OpenApiPublisher:
             "swagger": "2.0",
             "info": {"title": "Kubernetes", "version": "v1.33.0"},
             "paths": dict(sorted(paths.items())),
-            "definitions": _with_ref_prefix(definitions, prefix=V2_PREFIX),
+            "definitions": definitions,
         }
 
 

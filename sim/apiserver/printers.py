@@ -324,6 +324,23 @@ def _wide(*names: str) -> tuple[Column, ...]:
     return tuple(Column(name, priority=1) for name in names)
 
 
+_EVENT_PRINTER = Printer(
+    (
+        Column("Last Seen"),
+        Column("Type"),
+        Column("Reason"),
+        Column("Object"),
+        Column("Subobject", priority=1),
+        Column("Source", priority=1),
+        Column("Message"),
+        Column("First Seen", priority=1),
+        Column("Count", "integer", priority=1),
+        Column("Name", priority=1, format="name"),
+    ),
+    _event,
+)
+
+
 PRINTERS: dict[tuple[str, str], Printer] = {
     ("", "Pod"): Printer(
         (
@@ -412,24 +429,10 @@ PRINTERS: dict[tuple[str, str], Printer] = {
         ),
         _autoscaler,
     ),
-    ("", "Event"): Printer(
-        (
-            Column("Last Seen"),
-            Column("Type"),
-            Column("Reason"),
-            Column("Object"),
-            Column("Subobject", priority=1),
-            Column("Source", priority=1),
-            Column("Message"),
-            Column("First Seen", priority=1),
-            Column("Count", "integer", priority=1),
-            Column("Name", priority=1, format="name"),
-        ),
-        _event,
-    ),
+    ("", "Event"): _EVENT_PRINTER,
+    # events.k8s.io/v1 events are stored as core/v1 events and print the same way.
+    ("events.k8s.io", "Event"): _EVENT_PRINTER,
 }
-# events.k8s.io/v1 events are stored as core/v1 events and print the same way.
-PRINTERS[("events.k8s.io", "Event")] = PRINTERS[("", "Event")]
 
 DEFAULT_PRINTER = Printer(
     (NAME, Column("Created At", "date", description=AGE.description)),

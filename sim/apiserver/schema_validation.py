@@ -183,7 +183,7 @@ def apply_schema_defaults(value: Any, schema: JsonObject) -> None:
 
 
 # -------------------------------------------------------------- validation
-def _type_errors(value: Any, schema: JsonObject, path: str) -> list[FieldError]:
+def _type_errors(value: Any, schema: JsonObject, *, path: str) -> list[FieldError]:
     if value is None:
         if schema.get("nullable"):
             return []
@@ -228,7 +228,7 @@ def _type_errors(value: Any, schema: JsonObject, path: str) -> list[FieldError]:
     ]
 
 
-def _bounds_errors(value: Any, schema: JsonObject, path: str) -> list[FieldError]:
+def _bounds_errors(value: Any, schema: JsonObject, *, path: str) -> list[FieldError]:
     errors: list[FieldError] = []
 
     def invalid(text: str) -> None:
@@ -284,7 +284,7 @@ def _bounds_errors(value: Any, schema: JsonObject, path: str) -> list[FieldError
     return errors
 
 
-def _list_errors(value: list[Any], schema: JsonObject, path: str) -> list[FieldError]:
+def _list_errors(value: list[Any], schema: JsonObject, *, path: str) -> list[FieldError]:
     list_type = schema.get("x-kubernetes-list-type")
     errors: list[FieldError] = []
     if list_type == "set":
@@ -323,10 +323,10 @@ def validate_value(value: Any, schema: Any, *, path: str = "") -> list[FieldErro
     """Every schema violation in ``value`` (CRD schemas: no ``$ref``)."""
     if not isinstance(schema, dict):
         return []
-    errors = _type_errors(value, schema, path)
+    errors = _type_errors(value, schema, path=path)
     if errors or value is None:
         return errors
-    errors += _bounds_errors(value, schema, path)
+    errors += _bounds_errors(value, schema, path=path)
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
         for name in schema.get("required") or []:
@@ -344,7 +344,7 @@ def validate_value(value: Any, schema: Any, *, path: str = "") -> list[FieldErro
                     item, schema["additionalProperties"], path=child_path(path, key)
                 )
     elif isinstance(value, list):
-        errors += _list_errors(value, schema, path)
+        errors += _list_errors(value, schema, path=path)
         if isinstance(schema.get("items"), dict):
             for index, item in enumerate(value):
                 errors += validate_value(item, schema["items"], path=f"{path}[{index}]")
