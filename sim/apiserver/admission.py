@@ -21,6 +21,7 @@ from .json_types import JsonObject
 from .openapi import CRD_STORAGE, OpenApiPublisher, crd_version_schema
 from .resources import ResourceType
 from .schema_validation import (
+    ABSENT,
     FieldError,
     apply_schema_defaults,
     prune,
@@ -125,9 +126,10 @@ class SchemaAdmission:
                 fields.report(resource_type, unknown_fields(obj, schema))
             prune(obj, schema)
         apply_schema_defaults(obj, schema)
-        errors = validate_value(obj, schema)
+        previous = ABSENT if old is None else old
+        errors = validate_value(obj, schema, old=previous)
         if not errors:
-            errors = self._cel.check(obj, schema, old=old)
+            errors = self._cel.check(obj, schema, old=previous)
         if errors:
             raise invalid_object(resource_type, name, errors=errors)
 

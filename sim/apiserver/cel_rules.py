@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
 from .json_types import JsonObject
-from .schema_validation import FieldError, child_path, json_type_name
+from .schema_validation import ABSENT, FieldError, child_path, json_type_name, old_child, old_items
 
 if TYPE_CHECKING:
     import celpy
@@ -91,14 +91,17 @@ class CelRules:
         self, value: Any, schema: JsonObject, *, old: Any, path: str
     ) -> list[FieldError]:
         errors: list[FieldError] = []
+        unchanged = old is not ABSENT and value == old
         for entry in schema.get(_RULES) or []:
             rule = str(entry.get("rule", ""))
-            if "oldSelf" in rule and old is None:
+            transition = "oldSelf" in rule
+            # Transition rules need an old value; other rules ratchet on unchanged values.
+            if (transition and old is ABSENT) or (unchanged and not transition):
                 continue
             from celpy.adapter import json_to_cel
 
             activation = {"self": json_to_cel(value)}
-            if old is not None:
+            if old is not ABSENT:
                 activation["oldSelf"] = json_to_cel(old)
             passed, failure = self._evaluate(rule, activation)
             if passed:
@@ -131,7 +134,7 @@ class CelRules:
         return (True, str(result)) if isinstance(result, str) else (False, "")
 
     def check(
-        self, value: Any, schema: Any, *, old: Any = None, path: str = ""
+        self, value: Any, schema: Any, *, old: Any = ABSENT, path: str = ""
     ) -> list[FieldError]:
         """Every failing rule in ``value``'s tree; old values pair by key (and list-map key)."""
         if not isinstance(schema, dict) or value is None:
@@ -140,26 +143,18 @@ class CelRules:
         if isinstance(value, dict):
             properties = schema.get("properties") or {}
             additional = schema.get("additionalProperties")
-            old_map = old if isinstance(old, dict) else {}
             for key, item in value.items():
                 if not path and key == "metadata":
                     continue
                 sub = properties.get(key, additional if isinstance(additional, dict) else None)
                 if isinstance(sub, dict):
                     errors += self.check(
-                        item, sub, old=old_map.get(key), path=child_path(path, key)
+                        item, sub, old=old_child(old, key), path=child_path(path, key)
                     )
         elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-            items = schema["items"]
-            keys = schema.get("x-kubernetes-list-map-keys") or []
-            old_items: dict[tuple[Any, ...], Any] = {}
-            if schema.get("x-kubernetes-list-type") == "map" and isinstance(old, list):
-                old_items = {tuple(o.get(k) for k in keys): o for o in old if isinstance(o, dict)}
+            previous = old_items(old, schema)
             for index, item in enumerate(value):
-                previous = (
-                    old_items.get(tuple(item.get(k) for k in keys))
-                    if isinstance(item, dict)
-                    else None
+                errors += self.check(
+                    item, schema["items"], old=previous(item), path=f"{path}[{index}]"
                 )
-                errors += self.check(item, items, old=previous, path=f"{path}[{index}]")
         return errors

@@ -319,9 +319,44 @@ def _list_errors(value: list[Any], schema: JsonObject, *, path: str) -> list[Fie
     return errors
 
 
-def validate_value(value: Any, schema: Any, *, path: str = "") -> list[FieldError]:
-    """Every schema violation in ``value`` (CRD schemas: no ``$ref``)."""
-    if not isinstance(schema, dict):
+class _Absent:
+    """No old value at this path (a create, or a field the update adds)."""
+
+
+ABSENT: Any = _Absent()
+
+
+def old_child(old: Any, key: str) -> Any:
+    return old.get(key, ABSENT) if isinstance(old, dict) else ABSENT
+
+
+def old_items(old: Any, schema: JsonObject) -> Callable[[Any], Any]:
+    """Pairs a list item with its old version: by key in map lists, by value in sets.
+
+    Atomic lists are not correlated, as in kube's ratcheting.
+    """
+    list_type = schema.get("x-kubernetes-list-type")
+    if not isinstance(old, list) or list_type not in ("map", "set"):
+        return lambda item: ABSENT
+    if list_type == "set":
+        return lambda item: item if item in old else ABSENT
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    by_key = {tuple(o.get(k) for k in keys): o for o in old if isinstance(o, dict)}
+    return lambda item: (
+        by_key.get(tuple(item.get(k) for k in keys), ABSENT) if isinstance(item, dict) else ABSENT
+    )
+
+
+def validate_value(
+    value: Any, schema: Any, *, path: str = "", old: Any = ABSENT
+) -> list[FieldError]:
+    """Every schema violation in ``value`` (CRD schemas: no ``$ref``).
+
+    Validation ratcheting (kube 1.30+): on update, a value equal to its old
+    version is not validated again, so tightening a schema does not block
+    updates of other fields.
+    """
+    if not isinstance(schema, dict) or (old is not ABSENT and value == old):
         return []
     errors = _type_errors(value, schema, path=path)
     if errors or value is None:
@@ -338,14 +373,22 @@ def validate_value(value: Any, schema: Any, *, path: str = "") -> list[FieldErro
             if key in properties:
                 if not path and key == "metadata":
                     continue  # object metadata is validated as ObjectMeta, not by the schema
-                errors += validate_value(item, properties[key], path=child_path(path, key))
+                errors += validate_value(
+                    item, properties[key], path=child_path(path, key), old=old_child(old, key)
+                )
             elif isinstance(schema.get("additionalProperties"), dict):
                 errors += validate_value(
-                    item, schema["additionalProperties"], path=child_path(path, key)
+                    item,
+                    schema["additionalProperties"],
+                    path=child_path(path, key),
+                    old=old_child(old, key),
                 )
     elif isinstance(value, list):
         errors += _list_errors(value, schema, path=path)
         if isinstance(schema.get("items"), dict):
+            previous = old_items(old, schema)
             for index, item in enumerate(value):
-                errors += validate_value(item, schema["items"], path=f"{path}[{index}]")
+                errors += validate_value(
+                    item, schema["items"], path=f"{path}[{index}]", old=previous(item)
+                )
     return errors

@@ -168,3 +168,33 @@ def test_crd_with_a_rule_that_does_not_compile_is_invalid(cluster):
     causes = _invalid(response)
     suffix = "openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
     assert any(key.endswith(suffix) for key in causes), causes
+
+
+def test_unchanged_values_ratchet_past_a_tightened_schema(cluster, namespace, gadget_crd):
+    assert (
+        create_gadget(cluster, namespace, gadget_crd, "rat", {**VALID, "code": "abc"}).status == 201
+    )
+    extensions = client.ApiextensionsV1Api(cluster.api)
+    name = f"{gadget_crd.plural}.{GROUP}"
+    crd = extensions.read_custom_resource_definition(name)
+    crd.spec.versions[0].var_schema.open_apiv3_schema.properties["spec"].properties[
+        "code"
+    ].pattern = "^[0-9]+$"
+    extensions.replace_custom_resource_definition(name, crd)
+    path = f"/apis/{GROUP}/v1/namespaces/{namespace}/{gadget_crd.plural}/rat"
+    merge = "application/merge-patch+json"
+
+    def refused_new_code():
+        response = raw_request(
+            cluster.api, "PATCH", path, body={"spec": {"code": "xyz"}}, content_type=merge
+        )
+        return response if response.status == 422 else None
+
+    refused = cluster.wait_for(refused_new_code, what="the tightened schema to apply")
+    assert "should match '^[0-9]+$'" in _causes(refused.body)["spec.code"]
+    # "abc" no longer matches, but it is unchanged: other fields can still be updated.
+    resized = raw_request(
+        cluster.api, "PATCH", path, body={"spec": {"size": 1}}, content_type=merge
+    )
+    assert resized.status == 200, resized.body
+    assert resized.body["spec"]["code"] == "abc"
