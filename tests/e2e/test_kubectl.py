@@ -195,6 +195,8 @@ def test_get_prints_kube_columns(kubectl):
     nodes = kubectl.run("get", "nodes").stdout
     assert header(nodes) == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     assert set(rows(nodes)) == {"node-0", "node-1"}
+    node = rows(nodes)["node-0"]
+    assert node[1:3] == ["Ready", "<none>"] and node[4] == "v1.33.0-loopback"
 
 
 def _read_lines(stream, into: queue.Queue[str]) -> None:
