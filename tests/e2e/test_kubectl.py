@@ -173,7 +173,9 @@ def test_apply_validates_on_the_server(kubectl):
 
 
 def test_get_prints_kube_columns(kubectl):
-    kubectl.apply_text("resnet", elastic_job("resnet", min_replicas=2, max_replicas=8))
+    kubectl.apply_text(
+        "resnet", elastic_job("resnet", min_replicas=2, max_replicas=8, extra="  policy: edl\n")
+    )
     jobs = kubectl.run("get", "ej", "-n", NAMESPACE).stdout
     assert header(jobs) == ["NAME", "MIN", "MAX", "CURRENT", "DESIRED", "POLICY", "AGE"]
     row = rows(jobs)["resnet"]
@@ -248,6 +250,6 @@ def test_describe_shows_spec_and_status(kubectl):
     kubectl.apply_text("resnet", elastic_job("resnet", min_replicas=2, max_replicas=8))
     described = kubectl.run("describe", "ej", "resnet", "-n", NAMESPACE).stdout
     assert "Name:         resnet" in described
-    assert "Max Replicas:" in described and "Policy:" in described
+    assert "Max Replicas:" in described and "Paused:" in described  # paused: server default
     deployment = kubectl.run("describe", "deployment", "resnet-trainer", "-n", NAMESPACE).stdout
     assert "Replicas:" in deployment and "Selector:               app=resnet" in deployment
