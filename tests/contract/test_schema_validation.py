@@ -174,13 +174,13 @@ def test_unchanged_values_ratchet_past_a_tightened_schema(cluster, namespace, ga
     assert (
         create_gadget(cluster, namespace, gadget_crd, "rat", {**VALID, "code": "abc"}).status == 201
     )
-    extensions = client.ApiextensionsV1Api(cluster.api)
-    name = f"{gadget_crd.plural}.{GROUP}"
-    crd = extensions.read_custom_resource_definition(name)
-    crd.spec.versions[0].var_schema.open_apiv3_schema.properties["spec"].properties[
-        "code"
-    ].pattern = "^[0-9]+$"
-    extensions.replace_custom_resource_definition(name, crd)
+    crd_path = (
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{gadget_crd.plural}.{GROUP}"
+    )
+    crd = raw_request(cluster.api, "GET", crd_path).body
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["code"]["pattern"] = "^[0-9]+$"
+    assert raw_request(cluster.api, "PUT", crd_path, body=crd).status == 200
     path = f"/apis/{GROUP}/v1/namespaces/{namespace}/{gadget_crd.plural}/rat"
     merge = "application/merge-patch+json"
 
