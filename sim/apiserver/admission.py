@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cel_rules import CelRules
+from .cel_rules import RULES_NOT_CHECKED, CelRules, has_rules
 from .errors import ApiError, bad_request
 from .json_types import JsonObject
 from .openapi import CRD_STORAGE, OpenApiPublisher, crd_version_schema
@@ -130,6 +130,9 @@ class SchemaAdmission:
         errors = validate_value(obj, schema, old=previous)
         if not errors:
             errors = self._cel.check(obj, schema, old=previous)
+        elif has_rules(schema):
+            # As kube: rules are not run on an object that fails its schema, and it says so.
+            errors.append(RULES_NOT_CHECKED)
         if errors:
             raise invalid_object(resource_type, name, errors=errors)
 

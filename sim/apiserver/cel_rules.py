@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
 from .json_types import JsonObject
-from .schema_validation import ABSENT, FieldError, child_path, json_type_name, old_child, old_items
+from .schema_validation import ABSENT, FieldError, child_path, old_child, old_items
 
 if TYPE_CHECKING:
     import celpy
@@ -34,6 +34,23 @@ def _environment() -> celpy.Environment:
             "x-kubernetes-validations need cel-python: pip install 'trainscaler[sim]'",
         ) from error
     return celpy.Environment()
+
+
+RULES_NOT_CHECKED = FieldError(
+    "<nil>",
+    "FieldValueInvalid",
+    "Invalid value: null: some validation rules were not checked because the object was "
+    "invalid; correct the existing errors to complete validation",
+)
+
+
+def has_rules(schema: Any) -> bool:
+    """Whether any node of a schema declares x-kubernetes-validations."""
+    if isinstance(schema, dict):
+        return bool(schema.get(_RULES)) or any(has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_rules(item) for item in schema)
+    return False
 
 
 class CelRules:
@@ -115,11 +132,12 @@ class CelRules:
             if message_expression and not failure:
                 shown, text = self._message(str(message_expression), activation)
                 message = text if shown else message
+            # kube 1.3x words rule failures without the value ("Invalid value: <message>").
             errors.append(
                 FieldError(
                     where,
                     str(entry.get("reason") or "FieldValueInvalid"),
-                    f'Invalid value: "{json_type_name(value)}": {message}',
+                    f"Invalid value: {message}",
                 )
             )
         return errors

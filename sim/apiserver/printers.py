@@ -284,6 +284,31 @@ def _autoscaler(obj: JsonObject, now: datetime) -> Cells:
     ]
 
 
+def _custom_resource_definition(obj: JsonObject, now: datetime) -> Cells:
+    """kube 1.37's CRD columns (earlier releases print only Name and Created At)."""
+    spec = obj.get("spec") or {}
+    versions = [
+        f"{v.get('name')}(storage)" if v.get("storage") else str(v.get("name"))
+        for v in spec.get("versions") or []
+        if v.get("served", True)
+    ]
+    names = spec.get("names") or {}
+    conditions = get_path(obj, ".status.conditions") or []
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return [
+        _name(obj),
+        spec.get("scope", ""),
+        ",".join(versions),
+        get_path(obj, ".metadata.creationTimestamp"),
+        spec.get("group", ""),
+        names.get("kind", ""),
+        ",".join(names.get("shortNames") or []),
+        established,
+    ]
+
+
 def _event(obj: JsonObject, now: datetime) -> Cells:
     first = obj.get("firstTimestamp") or obj.get("eventTime")
     last = obj.get("lastTimestamp") or first
@@ -428,6 +453,19 @@ PRINTERS: dict[tuple[str, str], Printer] = {
             AGE,
         ),
         _autoscaler,
+    ),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): Printer(
+        (
+            NAME,
+            Column("Scope", description="Cluster/Namespaced"),
+            Column("Versions", description="Served versions"),
+            Column("Created At", "date", description=AGE.description),
+            Column("Group", priority=1, description="API group"),
+            Column("Kind", priority=1, description="CustomResource kind"),
+            Column("ShortNames", priority=1, description="Short names"),
+            Column("Established", "boolean", priority=1, description="Established status"),
+        ),
+        _custom_resource_definition,
     ),
     ("", "Event"): _EVENT_PRINTER,
     # events.k8s.io/v1 events are stored as core/v1 events and print the same way.

@@ -152,7 +152,7 @@ def test_apply_validates_on_the_server(kubectl):
     )
     assert inverted.returncode != 0
     assert (
-        'The ElasticJob "inverted" is invalid: spec: Invalid value: "object": '
+        'The ElasticJob "inverted" is invalid: spec: Invalid value: '
         "minReplicas must be less than or equal to maxReplicas"
     ) in inverted.stderr
     typo = kubectl.apply_text(
