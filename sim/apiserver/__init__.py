@@ -28,8 +28,12 @@ reads that stay out of the request counts (storage names look like "pods",
 
 Deliberate simplifications: pods start Running and Ready as soon as they are
 bound and are deleted at once (no grace period); a template change replaces
-pods Recreate-style; CR schemas are not validated or pruned; server-side
-apply (415) and dryRun (400) are refused.
+pods Recreate-style; server-side apply (415), dryRun (400) and protobuf
+bodies (415) are refused.
+
+For kubectl: OpenAPI v2 (JSON) and v3 (``openapi``), Tables for ``as=Table``
+(``tables``, ``printers``), and CRD schema pruning, defaulting, validation and
+CEL rules on writes (``admission``, ``schema_validation``, ``cel_rules``).
 
 Command line: ``python -m sim.apiserver --port 0 --nodes 4 --gpus 4 --kubeconfig PATH``.
 """

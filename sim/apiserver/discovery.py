@@ -6,6 +6,19 @@ from .json_types import JsonObject
 from .resources import STANDARD_VERBS, ResourceRegistry, ResourceType
 
 _STATUS_VERBS = ["get", "patch", "update"]
+# The built-in kinds kube puts in the "all" category (of those served here).
+_ALL_CATEGORY: dict[tuple[str, str], tuple[str, ...]] = {
+    (group, plural): ("all",)
+    for group, plural in (
+        ("", "pods"),
+        ("", "services"),
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("batch", "jobs"),
+        ("autoscaling", "horizontalpodautoscalers"),
+    )
+}
 VERSION_INFO: JsonObject = {
     "major": "1",
     "minor": "33",
@@ -64,6 +77,11 @@ def _entries(resource_type: ResourceType) -> list[JsonObject]:
     }
     if resource_type.short_names:
         main["shortNames"] = list(resource_type.short_names)
+    categories = resource_type.categories or _ALL_CATEGORY.get(
+        (resource_type.group, resource_type.plural), ()
+    )
+    if categories:
+        main["categories"] = list(categories)
     entries = [main]
     if resource_type.has_status:
         entries.append(

@@ -14,17 +14,30 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from . import discovery
+from .admission import FieldValidation
 from .errors import ApiError
 from .json_types import JsonObject
+from .openapi import CRD_STORAGE, serve_openapi
 from .operations import ApiOperations, parse_json
 from .reads import expired_watch_event, list_objects, open_watch
 from .resources import ObjectRef, ResourceType
 from .routing import DiscoveryTarget, ResourceTarget, parse_path, verb_of
 from .subresources import Subresources
+from .tables import TableRenderer, wants_table
+from .timefmt import parse_time
 from .traffic import FaultInjector, RequestCounter
 from .watch_stream import DEFAULT_WATCH_SECONDS, client_has_gone, encode_event, stream_events
 
 _TRUE = ("true", "1")
+_PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+def _warning_headers(fields: FieldValidation) -> dict[str, str] | None:
+    """RFC 7234 ``Warning: 299 - "text"`` values, comma-joined as client-go parses them."""
+    if not fields.warnings:
+        return None
+    quoted = (json.dumps(text) for text in fields.warnings)
+    return {"Warning": ", ".join(f"299 - {text}" for text in quoted)}
 
 
 @dataclass
@@ -127,6 +140,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         try:
             body = self._read_body()
+            if body and _PROTOBUF in (self.headers.get("Content-Type") or ""):
+                # Typed kubectl commands (create namespace, create deployment) send protobuf.
+                raise ApiError(
+                    415,
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/json, application/yaml (protobuf is not served by the "
+                    "loopback apiserver)",
+                )
             target = parse_path(url.path)
             if isinstance(target, ResourceTarget):
                 watch = params.get("watch", "").lower() in _TRUE
@@ -140,6 +161,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 )
             elif isinstance(target, DiscoveryTarget) and method == "GET":
                 self._serve_discovery(target)
+            elif method == "GET" and url.path.startswith("/openapi/"):
+                self._serve_openapi(url.path)
             elif method == "GET" and url.path in ("/version", "/version/"):
                 self._send_json(200, discovery.VERSION_INFO)
             elif method == "GET" and url.path in ("/healthz", "/livez", "/readyz"):
@@ -173,6 +196,26 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if document is None:
             raise ApiError(404, "the server could not find the requested resource")
         self._send_json(200, document)
+
+    def _serve_openapi(self, path: str) -> None:
+        application = self.server.application
+        crds, _ = application.operations.store.items(CRD_STORAGE, None)
+        answer = serve_openapi(
+            application.operations.openapi,
+            path,
+            types=application.operations.registry.all_types(),
+            crds=crds,
+            accept=self.headers.get("Accept") or "",
+        )
+        if answer is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        if not answer.content_type:
+            raise ApiError(406, "only application/json is served for /openapi/v2")
+        self.send_response(200)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
 
     # ------------------------------------------------------------- resources
     def _serve_resource(
@@ -224,13 +267,20 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             subresources = Subresources(operations)
             self._send_json(201, subresources.bind(ref.key, parse_json(body)))
         elif method == "GET":
-            self._send_json(200, operations.get(ref))
+            obj = operations.get(ref)
+            renderer = self._table_renderer(resource_type, params)
+            self._send_json(200, renderer.of_object(obj) if renderer else obj)
         elif method == "PUT":
-            self._send_json(200, operations.update(ref, parse_json(body), subresource=sub))
+            fields = FieldValidation.from_params(params)
+            updated = operations.update(ref, parse_json(body), subresource=sub, fields=fields)
+            self._send_json(200, updated, headers=_warning_headers(fields))
         elif method == "PATCH":
+            fields = FieldValidation.from_params(params)
             content_type = self.headers.get("Content-Type") or ""
-            patched = operations.patch(ref, body, content_type=content_type, subresource=sub)
-            self._send_json(200, patched)
+            patched = operations.patch(
+                ref, body, content_type=content_type, subresource=sub, fields=fields
+            )
+            self._send_json(200, patched, headers=_warning_headers(fields))
         elif method == "DELETE" and sub is None:
             self._send_json(200, operations.delete(ref, self._delete_options(params, body)))
         else:
@@ -273,14 +323,17 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if method == "GET" and watch:
             self._serve_watch(resource_type, namespace, params=params)
         elif method == "GET":
-            self._send_json(
-                200,
-                list_objects(operations.store, resource_type, namespace=namespace, params=params),
+            listed = list_objects(
+                operations.store, resource_type, namespace=namespace, params=params
             )
+            renderer = self._table_renderer(resource_type, params)
+            self._send_json(200, renderer.of_list(listed) if renderer else listed)
         elif method == "POST":
-            self._send_json(
-                201, operations.create(resource_type, parse_json(body), namespace=namespace or "")
+            fields = FieldValidation.from_params(params)
+            created = operations.create(
+                resource_type, parse_json(body), namespace=namespace or "", fields=fields
             )
+            self._send_json(201, created, headers=_warning_headers(fields))
         elif method == "DELETE":
             listed = list_objects(
                 operations.store,
@@ -325,6 +378,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             self._end_stream()
             return
         bookmarks = params.get("allowWatchBookmarks", "").lower() in _TRUE
+        renderer = self._table_renderer(resource_type, params)
         self._start_stream()
         try:
             stream_events(
@@ -336,10 +390,32 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
                 write_chunk=self._write_chunk,
                 client_gone=lambda: client_has_gone(self.connection),
                 stopping=application.stopping,
+                transform=renderer.of_event if renderer else None,
             )
             self._end_stream()
         except OSError:
             self.close_connection = True
+
+    def _table_renderer(
+        self, resource_type: ResourceType, params: dict[str, str]
+    ) -> TableRenderer | None:
+        """A renderer when the client asked for ``as=Table`` (kubectl get), else None."""
+        version = wants_table(self.headers.get("Accept") or "")
+        if version is None:
+            return None
+        operations = self.server.application.operations
+        crd = (
+            operations.store.get(CRD_STORAGE, ("", resource_type.storage))
+            if resource_type.custom
+            else None
+        )
+        return TableRenderer(
+            resource_type,
+            crd=crd,
+            include_object=params.get("includeObject"),
+            version=version,
+            now=parse_time(operations.now()),
+        )
 
     def _start_stream(self) -> None:
         self.send_response(200)

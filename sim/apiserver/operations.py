@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .admission import FieldValidation, SchemaAdmission
 from .defaults import apply_defaults, initial_status, validate, validate_name
 from .errors import (
     ApiError,
@@ -23,6 +24,7 @@ from .errors import (
     status_success,
 )
 from .json_types import Clock, JsonObject, metadata, rfc3339
+from .openapi import OpenApiPublisher
 from .patching import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -84,6 +86,8 @@ class ApiOperations:
         self.registry = registry
         self._clock = clock
         self._random = random.Random(seed)
+        self.openapi = OpenApiPublisher()
+        self.admission = SchemaAdmission(store, self.openapi)
 
     def now(self) -> str:
         return rfc3339(self._clock())
@@ -114,14 +118,29 @@ class ApiOperations:
                 return candidate
         raise ApiError(500, f"could not generate a unique name from {prefix!r}")
 
-    def create(self, resource_type: ResourceType, body: Any, *, namespace: str) -> JsonObject:
+    def create(
+        self,
+        resource_type: ResourceType,
+        body: Any,
+        *,
+        namespace: str,
+        fields: FieldValidation | None = None,
+    ) -> JsonObject:
         """POST: defaults, validation, server metadata; 409 AlreadyExists on duplicates."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
-        return present(resource_type, self.create_stored(resource_type, body, namespace=namespace))
+        return present(
+            resource_type,
+            self.create_stored(resource_type, body, namespace=namespace, fields=fields),
+        )
 
     def create_stored(
-        self, resource_type: ResourceType, body: JsonObject, *, namespace: str
+        self,
+        resource_type: ResourceType,
+        body: JsonObject,
+        *,
+        namespace: str,
+        fields: FieldValidation | None = None,
     ) -> JsonObject:
         obj = accept(resource_type, body)
         meta = metadata(obj)
@@ -158,6 +177,7 @@ class ApiOperations:
                     obj.pop("status", None)
                 else:
                     obj["status"] = status
+            self.admission.admit(resource_type, obj, old=None, fields=fields)
             self._kind_specific_create(resource_type, obj)
             validate(resource_type, obj)
             return self.store.commit(resource_type.storage, obj, event_type="ADDED")
@@ -216,6 +236,7 @@ class ApiOperations:
         *,
         incoming: JsonObject,
         subresource: str | None,
+        fields: FieldValidation | None = None,
     ) -> JsonObject:
         if subresource == "status":
             # /status writes change status only; spec and metadata stay as stored.
@@ -225,6 +246,7 @@ class ApiOperations:
                 updated.pop("status", None)
             else:
                 updated["status"] = status
+            self.admission.admit(resource_type, updated, old=current, fields=fields)
             return updated
         updated = incoming
         meta, current_meta = metadata(updated), current.get("metadata") or {}
@@ -240,6 +262,7 @@ class ApiOperations:
             else:
                 updated.pop("status", None)
         apply_defaults(resource_type, updated)
+        self.admission.admit(resource_type, updated, old=current, fields=fields)
         validate(resource_type, updated)
         if spec_part(updated) != spec_part(current):
             meta["generation"] = int(current_meta.get("generation", 1)) + 1
@@ -254,7 +277,14 @@ class ApiOperations:
             self.registry.register(types_from_crd(updated))
         return self.store.commit(resource_type.storage, updated, event_type="MODIFIED")
 
-    def update(self, ref: ObjectRef, body: Any, *, subresource: str | None = None) -> JsonObject:
+    def update(
+        self,
+        ref: ObjectRef,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        fields: FieldValidation | None = None,
+    ) -> JsonObject:
         """PUT: replace; 409 on a stale metadata.resourceVersion."""
         resource_type, namespace, name = ref.resource_type, ref.namespace, ref.name
         if not isinstance(body, dict):
@@ -284,7 +314,7 @@ class ApiOperations:
                     cause="metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
                 )
             updated = self._prepare_update(
-                resource_type, current, incoming=incoming, subresource=subresource
+                resource_type, current, incoming=incoming, subresource=subresource, fields=fields
             )
             return present(
                 resource_type, self.commit_update(resource_type, current, updated=updated)
@@ -315,7 +345,13 @@ class ApiOperations:
         )
 
     def patch(
-        self, ref: ObjectRef, raw: bytes, *, content_type: str, subresource: str | None = None
+        self,
+        ref: ObjectRef,
+        raw: bytes,
+        *,
+        content_type: str,
+        subresource: str | None = None,
+        fields: FieldValidation | None = None,
     ) -> JsonObject:
         """PATCH; 409 when the patched object carries a different resourceVersion."""
         resource_type, name = ref.resource_type, ref.name
@@ -332,7 +368,7 @@ class ApiOperations:
                 raise conflict(resource_type.group_resource, name)
             incoming = accept(resource_type, patched)
             updated = self._prepare_update(
-                resource_type, current, incoming=incoming, subresource=subresource
+                resource_type, current, incoming=incoming, subresource=subresource, fields=fields
             )
             return present(
                 resource_type, self.commit_update(resource_type, current, updated=updated)

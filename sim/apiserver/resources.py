@@ -50,6 +50,8 @@ class ResourceType:
     custom: bool = False
     extra_fields: frozenset[str] = field(default_factory=frozenset)
     storage_name: str = ""
+    # Discovery categories: ``kubectl get all`` lists the kinds in "all".
+    categories: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -276,6 +278,7 @@ def types_from_crd(crd: JsonObject) -> list[ResourceType]:
                 short_names=tuple(names.get("shortNames") or ()),
                 custom=True,
                 storage_name=f"{plural}.{group}",
+                categories=tuple(names.get("categories") or ()),
             )
         )
     return types

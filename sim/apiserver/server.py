@@ -20,6 +20,7 @@ from .controllers.rootca import RootCAPublisher
 from .controllers.scheduler import Scheduler
 from .controllers.scoring import FitScoring
 from .controllers.statefulset import StatefulSetController
+from .discovery import VERSION_INFO
 from .handler import ApiApplication, ApiHttpServer
 from .json_types import Clock, JsonObject, system_clock
 from .operations import ApiOperations
@@ -189,6 +190,19 @@ class LoopbackApiServer:
                     },
                 ],
                 "addresses": [{"type": "Hostname", "address": name}],
+                # What a kubelet reports; kubectl get nodes prints VERSION from it.
+                "nodeInfo": {
+                    "kubeletVersion": VERSION_INFO["gitVersion"],
+                    "kubeProxyVersion": VERSION_INFO["gitVersion"],
+                    "osImage": "trainscaler loopback node",
+                    "kernelVersion": "loopback",
+                    "containerRuntimeVersion": "loopback://0",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                },
                 "phase": "Running",
             },
         }

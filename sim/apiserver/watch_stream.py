@@ -46,13 +46,21 @@ def stream_events(
     write_chunk: Callable[[bytes], None],
     client_gone: Callable[[], bool],
     stopping: threading.Event,
+    transform: Callable[[str, JsonObject], JsonObject] | None = None,
 ) -> None:
-    """Send backlog then live events until the timeout, server stop or disconnect."""
+    """Send backlog then live events until the timeout, server stop or disconnect.
+
+    ``transform`` rewrites each event's object (e.g. into a one-row Table).
+    """
+
+    def encoded(kind: str, obj: JsonObject) -> bytes:
+        return encode_event(kind, transform(kind, obj) if transform else obj)
+
     deadline = time.monotonic() + timeout_seconds
     subscription = opened.subscription
     last_bookmark = time.monotonic()
     try:
-        pending = b"".join(encode_event(kind, obj) for kind, obj in opened.backlog)
+        pending = b"".join(encoded(kind, obj) for kind, obj in opened.backlog)
         if pending:
             write_chunk(pending)
         while not stopping.is_set():
@@ -91,7 +99,7 @@ def stream_events(
                 except queue.Empty:
                     break
             data = b"".join(
-                encode_event(kind, obj)
+                encoded(kind, obj)
                 for kind, obj in filter(None, map(opened.translator.translate, batch))
             )
             if data:

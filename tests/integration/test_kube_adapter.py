@@ -8,6 +8,8 @@ every request inside the ClusterRole. Autoscaler: EDL rounds until steady.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -198,6 +200,25 @@ def create_elastic_job(
         },
     }
     return kube.request("POST", ELASTICJOBS.collection_path(NS), body=body)
+
+
+@contextlib.contextmanager
+def crd_without_rules(kube: KubeClient) -> Iterator[None]:
+    """The ElasticJob CRD without its x-kubernetes-validations, restored afterwards."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{ELASTICJOBS.plural}.trainscaler.io"
+    original = kube.request("GET", path)
+    relaxed = copy.deepcopy(original)
+    for version in relaxed["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"].pop("x-kubernetes-validations")
+    kube.request("PUT", path, body=relaxed)
+    try:
+        yield
+    finally:
+        restored = copy.deepcopy(original)
+        restored["metadata"]["resourceVersion"] = kube.request("GET", path)["metadata"][
+            "resourceVersion"
+        ]
+        kube.request("PUT", path, body=restored)
 
 
 def get_elastic_job(kube: KubeClient, name: str) -> dict[str, Any]:
@@ -551,9 +572,14 @@ def test_missing_job_or_target_is_permanent(kube: KubeClient, adapter: KubeAdapt
     with pytest.raises(PermanentScaleError):
         scaler.scale("ml/orphan", 2, reason="grew")
     assert [e["reason"] for e in events_for(kube, "orphan")] == ["ScaleFailed"]
-    # Bounds the CRD's schema forbids (this server does not validate CRD schemas).
+    # Bounds the CRD's CEL rule forbids: the server refuses them, as a real one does...
     create_workload(kube, "Deployment", "inverted", replicas=1)
-    create_elastic_job(kube, "inverted", min_replicas=5, max_replicas=2)
+    with pytest.raises(KubeApiError) as refused:
+        create_elastic_job(kube, "inverted", min_replicas=5, max_replicas=2)
+    assert refused.value.status == 422
+    # ...but a cluster whose CRD predates the rule lets them in; the scaler refuses them too.
+    with crd_without_rules(kube):
+        create_elastic_job(kube, "inverted", min_replicas=5, max_replicas=2)
     with pytest.raises(PermanentScaleError, match="invalid bounds"):
         scaler.scale("ml/inverted", 3, reason="grew")
     assert target_replicas(kube, "Deployment", "inverted") == 1

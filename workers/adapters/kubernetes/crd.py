@@ -34,6 +34,7 @@ _CONDITION_SCHEMA: dict[str, Any] = {
 
 _SPEC_SCHEMA: dict[str, Any] = {
     "type": "object",
+    "description": "How far trainscaler may scale the target workload, and with which policy.",
     "required": ["scaleTargetRef", "maxReplicas"],
     # The invariant 0 <= min <= max; minimum: 0 covers the first half.
     "x-kubernetes-validations": [
@@ -48,13 +49,37 @@ _SPEC_SCHEMA: dict[str, Any] = {
             "description": "The workload whose replicas are scaled (like HPA and KEDA).",
             "required": ["apiVersion", "kind", "name"],
             "properties": {
-                "apiVersion": {"type": "string", "minLength": 1},
-                "kind": {"type": "string", "minLength": 1},
-                "name": {"type": "string", "minLength": 1},
+                "apiVersion": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "API version of the target, e.g. apps/v1.",
+                },
+                "kind": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Deployment, StatefulSet, ReplicaSet, Job (batch/v1), "
+                    "or a custom resource with a /scale subresource.",
+                },
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Name of the target, in the ElasticJob's namespace.",
+                },
             },
         },
-        "minReplicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
-        "maxReplicas": {"type": "integer", "format": "int32", "minimum": 0},
+        "minReplicas": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 0,
+            "default": 1,
+            "description": "Fewest replicas the target is scaled to (at most maxReplicas).",
+        },
+        "maxReplicas": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 0,
+            "description": "Most replicas the target is scaled to.",
+        },
         "policy": {
             "type": "string",
             "minLength": 1,
@@ -81,7 +106,14 @@ _SPEC_SCHEMA: dict[str, Any] = {
             "minimum": 1,
             "description": "Epochs the job trains for (N): goodput's remaining-work estimate.",
         },
-        "defaultParallelism": {"type": "integer", "format": "int32", "minimum": 1, "default": 1},
+        "defaultParallelism": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 1,
+            "default": 1,
+            "description": "The replicas the user asks for (goodput's size for a job it "
+            "knows nothing of; KubeML's first parallelism).",
+        },
         "paused": {
             "type": "boolean",
             "default": False,
@@ -92,12 +124,28 @@ _SPEC_SCHEMA: dict[str, Any] = {
 
 _STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
+    "description": "What trainscaler last did; written only by the scaler, through /status.",
     "properties": {
-        "currentReplicas": {"type": "integer", "format": "int32", "minimum": 0},
-        "desiredReplicas": {"type": "integer", "format": "int32", "minimum": 0},
-        "lastScaleTime": {"type": "string", "format": "date-time"},
+        "currentReplicas": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 0,
+            "description": "Replicas of the target after the last scale.",
+        },
+        "desiredReplicas": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 0,
+            "description": "What trainscaler asked for, within [minReplicas, maxReplicas].",
+        },
+        "lastScaleTime": {
+            "type": "string",
+            "format": "date-time",
+            "description": "When the replica count last changed.",
+        },
         "lastDecision": {
             "type": "object",
+            "description": "The last decision's policy, rule (e.g. edl.scale_up) and reason.",
             "properties": {
                 "policy": {"type": "string"},
                 "rule": {"type": "string"},
@@ -152,6 +200,8 @@ ELASTICJOB_CRD: dict[str, Any] = {
                 "schema": {
                     "openAPIV3Schema": {
                         "type": "object",
+                        "description": "An elastic training job: a workload whose replicas "
+                        "trainscaler sets within bounds, by a scaling policy.",
                         "required": ["spec"],
                         "properties": {
                             "apiVersion": {"type": "string"},
