@@ -64,6 +64,9 @@ def create_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # Every message is checked before Celery parses it: a hostile one is
+        # dead-lettered and acked, never a worker crash (workers/message_guard.py).
+        worker_consumer="workers.message_guard:GuardedConsumer",
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
         broker_connection_retry_on_startup=True,

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import LockError
 
+from scheduler_core.identity import JobKey
 from scheduler_core.models import ClusterResource, ElasticJob, Reason, Resources, ScalingPlan
 from scheduler_core.policies.base import PolicyInput, in_round_order
 from scheduler_core.policies.edl import load_cap
@@ -34,7 +35,7 @@ class ScaleCommand(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: str
+    job: JobKey
     target: int
     generation: int
     reason: Reason
@@ -222,7 +223,10 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
     changes: list[ScaleCommand] = []
     note = ""
     try:
-        jobs = tuple(rt.cluster_reader.elastic_jobs())
+        # Defence in depth: the Kubernetes reader watches only the scope already.
+        jobs = tuple(
+            j for j in rt.cluster_reader.elastic_jobs() if settings.namespace_allowed(j.namespace)
+        )
         cluster = rt.cluster_reader.inquire()
         policy = settings.cluster_policy
         # Jobs driven by another policy (KubeML per-report) still count in the snapshot.

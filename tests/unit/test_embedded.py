@@ -242,7 +242,7 @@ def test_children_see_exactly_the_parents_settings(monkeypatch: pytest.MonkeyPat
         autoscale_interval=2.5,
         api_auth_disabled=True,
         kubeconfig="/tmp/kc",
-        kube_namespace=None,
+        namespaces=("team-b", "team-a"),
     )
     inherited = {"PATH": "/bin", "TRAINSCALER_SCALER": "recording", "HOME": "/root"}
     env = child_env(inherited, settings.model_dump(mode="json"), extra={"FLOWER_X": "1"})
@@ -250,6 +250,7 @@ def test_children_see_exactly_the_parents_settings(monkeypatch: pytest.MonkeyPat
     assert env["TRAINSCALER_SCALER"] == "kubernetes"  # the parent's setting, not the inherited
     assert env["TRAINSCALER_AUTOSCALE_INTERVAL"] == "2.5"
     assert "TRAINSCALER_KUBE_NAMESPACE" not in env
+    assert json.loads(env["TRAINSCALER_NAMESPACES"]) == ["team-a", "team-b"]
     for key in [k for k in os.environ if k.startswith("TRAINSCALER_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
