@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue  # type: ignore[attr-defined]
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
 from workers.observability.logs import configure_logging
@@ -88,7 +88,13 @@ def create_app(settings: Settings) -> Celery:
         result_backend_base_sleep_between_retries_ms=100,
         result_backend_max_sleep_between_retries_ms=1000,
         result_extended=False,
-        task_queues=tuple(Queue(name) for name in (CONTROL, EVENTS, CLUSTER_WRITES)),  # type: ignore[no-untyped-call]
+        # Each queue on its own exchange and key: a bare Queue(name) gets the default
+        # exchange and key ("control"), so all three would be bound alike and every
+        # message would land on every queue.
+        task_queues=tuple(
+            Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+            for name in (CONTROL, EVENTS, CLUSTER_WRITES)
+        ),
         task_default_queue=CONTROL,
         task_routes=TASK_ROUTES,
         task_track_started=False,

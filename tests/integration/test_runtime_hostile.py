@@ -173,8 +173,15 @@ def test_hostile_raw_bodies_are_dead_lettered_and_the_same_worker_decides_next(
     assert len(letters) == len(cases)
     for letter in letters:
         assert letter.error
+        if letter.task == "trainscaler.finish":
+            # A well-formed message with a wrong payload: the task dead-letters it.
+            assert letter.payload == [1] and letter.error.startswith("job:")
+            continue
         assert letter.raw_body is not None and len(letter.raw_body) <= 4096
         assert letter.headers is not None and "id" in letter.headers
+        assert letter.queue in QUEUE_TASKS
+    big = [d for d in letters if d.body_bytes and d.body_bytes > TWO_MB]
+    assert len(big) == len(QUEUE_TASKS) and all("allowed" in d.error for d in big)
     # Acked once dead-lettered: nothing left unacked or queued for redelivery.
     assert redis_client.hlen("unacked") == 0
     for queue_name in QUEUE_TASKS:
