@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     # Where the CLI's client commands (submit, report, jobs, status) find the API.
     api_url: str = "http://127.0.0.1:8000"
 
+    # --- Flower ---
+    # "user:password" for Flower's basic auth (``trainscaler flower``, the embedded run).
+    flower_basic_auth: str | None = None
+
     # --- Logging ---
     # "json": one JSON object per line (deployments); "text": readable lines (terminal).
     log_format: Literal["text", "json"] = "text"

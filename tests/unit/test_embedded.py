@@ -329,13 +329,19 @@ def test_change_lines_report_only_changes() -> None:
 
 
 def test_children_follow_what_the_run_embeds(tmp_path: Path) -> None:
-    env = {"TRAINSCALER_REDIS_URL": "redis://127.0.0.1:1/0"}
+    env = {
+        "TRAINSCALER_REDIS_URL": "redis://:pw@127.0.0.1:1/0",
+        "TRAINSCALER_FLOWER_BASIC_AUTH": "admin:secret",
+    }
     embedded = ChildLayout(
         run_dir=tmp_path, api_port=8001, flower_port=5556, redis_server="/bin/redis-server",
-        redis_port=6390, kube_port=6443, nodes=2, gpus=8,
+        redis_port=6390, redis_config=tmp_path / "redis.conf", kube_port=6443, nodes=2, gpus=8,
     )  # fmt: skip
     names = [spec.name for spec in infrastructure(embedded, env)]
     assert names == ["redis", "apiserver"]
+    # The password comes from the 0600 config file, never the command line.
+    redis_argv = infrastructure(embedded, env)[0].argv
+    assert redis_argv[1] == str(tmp_path / "redis.conf") and "pw" not in " ".join(redis_argv)
     apiserver = infrastructure(embedded, env)[1]
     assert apiserver.argv[-8:] == [
         "--nodes", "2", "--gpus", "8", "--gpu-resource", "nvidia.com/gpu",
@@ -347,9 +353,9 @@ def test_children_follow_what_the_run_embeds(tmp_path: Path) -> None:
     assert list(specs) == ["worker", "beat", "api", "flower"]
     assert "--events" in specs["worker"].argv  # Flower needs task events
     assert "--port=5556" in specs["flower"].argv and "8001" in specs["api"].argv
-    # Only Flower's REST API is opened without auth, and only Flower gets the switch.
-    assert specs["flower"].env["FLOWER_UNAUTHENTICATED_API"] == "true"
-    assert all("FLOWER_UNAUTHENTICATED_API" not in s.env for n, s in specs.items() if n != "flower")
+    # Flower runs with the run's generated basic auth; nothing opens its API without it.
+    assert specs["flower"].env["FLOWER_BASIC_AUTH"] == "admin:secret"
+    assert all("FLOWER_UNAUTHENTICATED_API" not in s.env for s in specs.values())
     assert all(
         s.env["TRAINSCALER_REDIS_URL"] == env["TRAINSCALER_REDIS_URL"] for s in specs.values()
     )
