@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from typing import Annotated, Literal
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from scheduler_core.identity import is_namespace
@@ -20,7 +21,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINSCALER_", extra="ignore", frozen=True)
 
     # --- Redis (broker, result backend, queue and state store) ---
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
+    # A password kept apart from the URL (a Kubernetes Secret): URL-encoded into
+    # ``redis_url`` when the settings are read, so any character is safe.
+    redis_password: str | None = Field(default=None, repr=False)
     # For rediss:// URLs: certificate checking and an optional CA bundle.
     redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
     redis_ssl_ca_certs: str | None = None
@@ -113,6 +117,18 @@ class Settings(BaseSettings):
     # "json": one JSON object per line (deployments); "text": readable lines (terminal).
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_into_url(cls, data: object) -> object:
+        if not isinstance(data, dict) or not data.get("redis_password"):
+            return data
+        url = urlsplit(str(data.get("redis_url") or cls.model_fields["redis_url"].default))
+        host = url.netloc.rpartition("@")[2]
+        user = quote(unquote(url.username), safe="") if url.username else ""
+        password = quote(str(data["redis_password"]), safe="")
+        netloc = f"{user}:{password}@{host}"
+        return {**data, "redis_url": urlunsplit(url._replace(netloc=netloc))}
 
     @field_validator("namespaces", mode="before")
     @classmethod

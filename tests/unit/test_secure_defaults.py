@@ -71,3 +71,17 @@ def test_the_redis_config_is_private_and_quotes_the_password(tmp_path: Path) -> 
     path = write_password_config(tmp_path / "redis.conf", 'q"uo\\te')
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == 'requirepass "q\\"uo\\\\te"\n'
+
+
+@pytest.mark.parametrize("password", ["p@ss/w:rd#?%", "plain", "sp ace"])
+def test_a_separate_redis_password_is_url_encoded_into_the_url(password: str) -> None:
+    import redis
+    from kombu import Connection  # type: ignore[attr-defined]
+
+    settings = Settings(redis_url="redis://trainscaler-redis:6379/0", redis_password=password)
+    pool = redis.Redis.from_url(settings.redis_url).connection_pool.connection_kwargs
+    assert pool["password"] == password and pool["host"] == "trainscaler-redis"
+    assert Connection(settings.redis_url).password == password  # Celery's broker too
+    assert password not in repr(settings)
+    # A child rebuilt from the dumped settings gets the same URL.
+    assert Settings.model_validate(settings.model_dump()).redis_url == settings.redis_url
