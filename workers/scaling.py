@@ -180,6 +180,7 @@ def _apply_locked(
     if applied is not None and applied.generation >= command.generation:
         return f"already applied (generation {applied.generation})", None
     current = scaler.current_replicas(command.job)
+    rt.faults.pause("scaler_call", command.job)  # test-only: kill -9 before the write
     # Called even when the target is already in force: a retry after a write that
     # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
     # PUT did not) must still repair what the scaler records. The port makes a
@@ -192,6 +193,7 @@ def _apply_locked(
         rule=command.reason.rule,
         limited_by=command.limited_by(),
     )
+    rt.faults.pause("scaler_called", command.job)  # test-only: ... and after it
     if current == command.target:
         outcome = "already at target"
     else:
