@@ -229,13 +229,15 @@ HOSTILE_IDS = [
 ]
 
 
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
 def _unrecorded(stack: ApiStack, ident: str) -> bool:
     keys = stack.redis.scan_iter(match="trainscaler:job:*", count=1000)
-    jobs = {
-        member.decode("utf-8", "replace") for member in stack.redis.smembers("trainscaler:jobs")
-    }
+    jobs = {_text(member) for member in stack.redis.smembers("trainscaler:jobs")}
     probe = ident[:200]
-    return probe not in jobs and all(probe not in key.decode("utf-8", "replace") for key in keys)
+    return probe not in jobs and all(probe not in _text(key) for key in keys)
 
 
 @pytest.mark.parametrize("ident", HOSTILE_IDS, ids=lambda i: repr(i[:30]))

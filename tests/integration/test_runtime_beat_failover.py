@@ -55,11 +55,13 @@ def test_killing_the_lock_holder_hands_beat_over_within_the_lock_timeout(
     lock_timeout = redbeat_lock_timeout(settings_for({**runtime_env, **BEAT_ENV}))
     procs.worker("w1", extra_env=BEAT_ENV)
     beats = [procs.beat("b1", extra_env=BEAT_ENV), procs.beat("b2", extra_env=BEAT_ENV)]
-    holder = wait_for(
+    found = wait_for(
         lambda: next((b for b in beats if len(_sends(b)) >= 6), None),
         timeout=60,
         what="a beat sending (the lock holder)",
     )
+    assert found is not None
+    holder: Proc = found
     standby = next(b for b in beats if b is not holder)
     assert _sends(standby) == [], "only the lock holder sends"
 

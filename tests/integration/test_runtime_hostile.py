@@ -186,3 +186,50 @@ def test_hostile_raw_bodies_are_dead_lettered_and_the_same_worker_decides_next(
     assert redis_client.hlen("unacked") == 0
     for queue_name in QUEUE_TASKS:
         assert redis_client.llen(queue_name) == 0
+
+
+@pytest.mark.timeout(120)
+def test_tasks_refuse_hostile_and_out_of_scope_identities_naming_the_field(
+    procs: Procs, client_app: Celery, dead_letters: DeadLetters, recorder: RecordingScaler, store
+) -> None:
+    worker = procs.worker("scoped", extra_env={"TRAINSCALER_NAMESPACES": "default,ml"})
+    request = {"model_type": "m", "batch_size": 1, "epochs": 1, "dataset": "d"}
+    scale = {
+        "job": "kube-system/coredns",
+        "target": 4,
+        "generation": 1,
+        "reason": {"rule": "x", "message": "x"},
+        "source": "schedule",
+    }
+    cases = [
+        ("trainscaler.report_epoch", {"job": "../../etc/passwd", "replicas": 4}, "job:"),
+        ("trainscaler.report_epoch", {"job": "default/a\nb", "replicas": 4}, "job:"),
+        ("trainscaler.report_epoch", {"job": "default/" + "x" * 100_000, "replicas": 4}, "job:"),
+        (
+            "trainscaler.report_epoch",
+            {"job": "kube-system/coredns", "replicas": 4},
+            "job: namespace",
+        ),
+        ("trainscaler.submit", {**request, "namespace": "kube-system"}, "namespace: namespace"),
+        ("trainscaler.submit", {**request, "namespace": "../x"}, "namespace:"),
+        ("trainscaler.finish", "default/../x", "job:"),
+        ("trainscaler.finish", "kube-system/coredns", "job: namespace"),
+    ]
+    for task, payload, error in cases:
+        outcome = client_app.send_task(task, args=[payload]).get(timeout=30)
+        assert outcome["ok"] is False and outcome["dead_lettered"] is True, (task, payload)
+        assert outcome["error"].startswith(error), (task, outcome["error"])
+    # The scaler's batch: refused before any scaler call (defence in depth).
+    client_app.send_task("trainscaler.scale", args=[[scale]])
+    wait_for(lambda: dead_letters.count() == len(cases) + 1, timeout=30, what="scale refused")
+    assert dead_letters.list(limit=1)[0].error.startswith("job: namespace 'kube-system'")
+    # Nothing recorded, nothing scaled.
+    assert all("kube-system" not in j and ".." not in j for j in store.job_names())
+    assert recorder.all_replicas() == {}
+    # In scope, the same shapes go through, on the same worker.
+    ok = client_app.send_task(
+        "trainscaler.report_epoch", args=[{"job": "ml/x", "replicas": 2, "epoch": 0}]
+    )
+    assert ok.get(timeout=30)["ok"]
+    wait_for(lambda: recorder.all_replicas().get("ml/x") == 2, timeout=30, what="ml/x scaled")
+    assert worker.alive()

@@ -12,6 +12,7 @@ Deployment's replicas follow its decisions in generation order.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -162,8 +163,10 @@ def test_kill9_of_the_kubernetes_scaling_worker_leaves_exact_replicas_and_no_sta
                 client_app.send_task(
                     "trainscaler.report_epoch", args=[report.model_dump(mode="json")]
                 )
-            marker = wait_for(
-                lambda p=point: _paused(redis_client, p), timeout=30, what=f"paused at {point}"
+            marker: dict[str, Any] = wait_for(
+                functools.partial(_paused, redis_client, point),
+                timeout=30,
+                what=f"paused at {point}",
             )
             assert marker["pid"] == worker.pid
             worker.kill9()
@@ -174,8 +177,7 @@ def test_kill9_of_the_kubernetes_scaling_worker_leaves_exact_replicas_and_no_sta
 
             def settled(want: dict[str, int] = expected) -> bool:
                 return all(
-                    store.cursor(f"{NS}/{n}").last_target == w
-                    and (history.replicas[n] or [None])[-1] == w
+                    store.cursor(f"{NS}/{n}").last_target == w and history.replicas[n][-1:] == [w]
                     for n, w in want.items()
                 )
 
