@@ -67,6 +67,8 @@ def create_app(settings: Settings) -> Celery:
         # Every message is checked before Celery parses it: a hostile one is
         # dead-lettered and acked, never a worker crash (workers/message_guard.py).
         worker_consumer="workers.message_guard:GuardedConsumer",
+        # ... and every list item before kombu parses it (workers/guarded_transport.py).
+        broker_transport="workers.guarded_transport:GuardedRedisTransport",
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
         broker_connection_retry_on_startup=True,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -126,18 +126,37 @@ def _split_body(payload: object) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
+@lru_cache(maxsize=1)
+def _dead_letters() -> DeadLetters:
+    """This worker process's dead letters (its own Redis client, built on first use)."""
+    settings = get_settings()
+    return DeadLetters(
+        build_redis(settings),
+        prefix=settings.redis_key_prefix,
+        max_length=settings.dead_letter_max,
+        field_max=settings.dead_letter_body_max,
+    )
+
+
+def dead_letter_raw(*, queue: str, raw: bytes | str, error: str) -> None:
+    """A list item that is not even an envelope (``workers.guarded_transport``).
+
+    It is already off its list: dead-lettered if Redis takes the letter, else
+    only logged (the item cannot be put back as what it was not).
+    """
+    try:
+        _dead_letters().add(
+            task="(none)", payload=None, error=error, at=SystemClock().now(), queue=queue,
+            headers={}, raw_body=raw,
+        )  # fmt: skip
+    except redis.RedisError:
+        logger.exception("could not dead-letter a raw item from %s: %s", queue, error)
+        return
+    logger.warning("dead-lettered a raw item from %s: %s", queue, error[:500])
+
+
 class GuardedConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer with ``check_message`` in front of its task handler."""
-
-    @cached_property
-    def _dead_letters(self) -> DeadLetters:
-        settings = get_settings()
-        return DeadLetters(
-            build_redis(settings),
-            prefix=settings.redis_key_prefix,
-            max_length=settings.dead_letter_max,
-            field_max=settings.dead_letter_body_max,
-        )
 
     def create_task_handler(
         self, promise: Callable[..., Any] = vine_promise
@@ -167,7 +186,7 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
         headers = message.headers if isinstance(message.headers, dict) else {}
         task = headers.get("task")
         try:
-            self._dead_letters.add(
+            _dead_letters().add(
                 task=task if isinstance(task, str) else "(none)",
                 payload=None,
                 error=error,

@@ -233,3 +233,32 @@ def test_tasks_refuse_hostile_and_out_of_scope_identities_naming_the_field(
     assert ok.get(timeout=30)["ok"]
     wait_for(lambda: recorder.all_replicas().get("ml/x") == 2, timeout=30, what="ml/x scaled")
     assert worker.alive()
+
+
+# Not even a kombu envelope: bytes pushed straight onto a queue's Redis list.
+RAW_ITEMS = [b"not json", b"null", b"5", b'{"body": 5}', b'{"headers": null}', b"\xff\xfe", b"[]"]
+
+
+@pytest.mark.timeout(180)
+def test_junk_pushed_straight_onto_a_queue_list_never_stops_the_worker(
+    procs: Procs, client_app: Celery, dead_letters: DeadLetters, recorder: RecordingScaler,
+    redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    worker = procs.worker("w1")
+    pid = worker.pid
+    for index, item in enumerate(RAW_ITEMS):
+        redis_client.lpush("events", item)
+        job = f"default/raw-{index}"
+        report = EpochReport(job=job, replicas=2, epoch=0)
+        client_app.send_task("trainscaler.report_epoch", args=[report.model_dump(mode="json")])
+        wait_for(
+            lambda j=job: recorder.all_replicas().get(j) == 2 or not worker.alive(),
+            timeout=30,
+            what=f"report after raw item {item!r}",
+        )
+        assert worker.alive() and worker.pid == pid, (item, worker.log_text()[-3000:])
+    assert redis_client.llen("events") == 0
+    letters = dead_letters.list(limit=100)
+    assert len(letters) == len(RAW_ITEMS)
+    assert all(d.queue == "events" and d.error.startswith("envelope") for d in letters)
+    assert {d.raw_body for d in letters} >= {"not json", "null", "5", '{"body": 5}'}

@@ -403,9 +403,7 @@ def run(
             waited = _wait_first_autoscale(runtime, stopper, timeout=120)
             if waited is not None:
                 startup_s = time.monotonic() - began
-            say(
-                f"Flower: {plan.flower_url}  (basic auth: TRAINSCALER_FLOWER_BASIC_AUTH in the env file)"
-            )
+            say(f"Flower: {plan.flower_url}")
             say(f"API:    {plan.api_url}  (docs {plan.api_url}/docs)")
             env_file = _write_client_env(plan)
             say(f"CLI:    source {env_file}; trainscaler jobs")
