@@ -234,10 +234,10 @@ def _text(raw: bytes | str) -> str:
 
 
 def _unrecorded(stack: ApiStack, ident: str) -> bool:
-    keys = stack.redis.scan_iter(match="trainscaler:job:*", count=1000)
+    keys = [_text(key) for key in stack.redis.scan_iter(match="trainscaler:job:*", count=1000)]
     jobs = {_text(member) for member in stack.redis.smembers("trainscaler:jobs")}
-    probe = ident[:200]
-    return probe not in jobs and all(probe not in _text(key) for key in keys)
+    own = f"trainscaler:job:{ident}"
+    return ident not in jobs and not [k for k in keys if k == own or k.startswith(own + ":")]
 
 
 @pytest.mark.parametrize("ident", HOSTILE_IDS, ids=lambda i: repr(i[:30]))
