@@ -251,11 +251,11 @@ def test_junk_pushed_straight_onto_a_queue_list_never_stops_the_worker(
         job = f"default/raw-{index}"
         report = EpochReport(job=job, replicas=2, epoch=0)
         client_app.send_task("trainscaler.report_epoch", args=[report.model_dump(mode="json")])
-        wait_for(
-            lambda j=job: recorder.all_replicas().get(j) == 2 or not worker.alive(),
-            timeout=30,
-            what=f"report after raw item {item!r}",
-        )
+
+        def decided(j: str = job) -> bool:
+            return recorder.all_replicas().get(j) == 2 or not worker.alive()
+
+        wait_for(decided, timeout=30, what=f"report after raw item {item!r}")
         assert worker.alive() and worker.pid == pid, (item, worker.log_text()[-3000:])
     assert redis_client.llen("events") == 0
     letters = dead_letters.list(limit=100)
