@@ -75,9 +75,11 @@ def test_killing_the_lock_holder_hands_beat_over_within_the_lock_timeout(
     before, after = _sends(holder), _sends(standby)
     took_over = min(at for at, _ in after) - killed_at
     print(f"beat failover: lock timeout {lock_timeout}s, took over after {took_over:.2f}s")
-    # The lock expires at most lock_timeout after the holder's last extension;
-    # the standby polls the lock every 0.1 s and sends on its next tick (1 s).
-    assert took_over <= lock_timeout + 1.5, took_over
+    # The lock expires at most lock_timeout after the holder's last extension
+    # (before the kill); the standby polls it every 0.1 s, then starts its
+    # scheduler and sends on its first tick: a few seconds of slack for that
+    # start on a loaded machine, far below a second lock timeout.
+    assert took_over <= lock_timeout + 3.0, took_over
     assert max(at for at, _ in before) <= killed_at + 0.5, "the killed beat sent no more"
     per_entry: dict[str, list[float]] = defaultdict(list)
     for at, entry in sorted(before + after):
