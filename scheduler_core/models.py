@@ -13,12 +13,11 @@ from typing import Annotated
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from scheduler_core.identity import JOB_KEY_MAX, JobKey, JobRef, Name, Namespace, Text, Url
+
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
-
-# Kubernetes: a namespace is an RFC 1123 DNS label.
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class Frozen(BaseModel):
@@ -33,7 +32,7 @@ class Resources(Frozen):
     cpu_milli: NonNegativeInt = 0
     memory_mega: NonNegativeInt = 0
     gpu: NonNegativeInt = 0
-    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    gpu_resource: Text = DEFAULT_GPU_RESOURCE
 
 
 class JobPhase(StrEnum):
@@ -51,15 +50,15 @@ def job_key(namespace: str, name: str) -> str:
 class ElasticJob(Frozen):
     """A training job whose replica count may change between min and max."""
 
-    namespace: str = Field(default="default", min_length=1)
-    name: str = Field(min_length=1)
+    namespace: Namespace = "default"
+    name: Name
     min_replicas: NonNegativeInt = 1
     max_replicas: NonNegativeInt = 1
     current_replicas: NonNegativeInt = 0
     phase: JobPhase = JobPhase.RUNNING
     requests: Resources = Resources()
     limits: Resources = Resources()
-    policy: str = "edl"
+    policy: Text = "edl"
     default_parallelism: Annotated[int, Field(ge=1)] = 1
     # EDL pending rule input: every pod of the job is PodScheduled=False/Unschedulable.
     all_pods_unschedulable: bool = False
@@ -67,7 +66,7 @@ class ElasticJob(Frozen):
     paused: bool = False
     # The training program and its configuration (e.g. image and batch size):
     # jobs with the same application are expected to scale alike.
-    application: str | None = None
+    application: Text | None = None
     # Epochs the job trains for (N), when it says so up front.
     total_epochs: Annotated[int, Field(ge=1)] | None = None
 
@@ -142,21 +141,21 @@ class TrainOptions(Frozen):
 class TrainRequest(Frozen):
     """KubeML ``TrainRequest``: what a user submits to train a model."""
 
-    model_type: str = Field(min_length=1)
+    model_type: Annotated[Text, Field(min_length=1)]
     batch_size: Annotated[int, Field(ge=1)]
     epochs: Annotated[int, Field(ge=1)]
-    dataset: str = Field(min_length=1)
+    dataset: Annotated[Text, Field(min_length=1)]
     # KubeML's JSON names it ``lr``: both are accepted, ``learning_rate`` is written.
     learning_rate: Annotated[
         float, Field(gt=0, validation_alias=AliasChoices("learning_rate", "lr"))
     ] = 0.01
-    function_name: str = Field(default="", max_length=253)
+    function_name: Text = ""
     options: TrainOptions = TrainOptions()
     # trainscaler additions: where the job runs and its replica bounds.
-    namespace: str = Field(default="default", pattern=DNS_LABEL, max_length=63)
+    namespace: Namespace = "default"
     min_replicas: Annotated[int, Field(ge=1)] = 1
     max_replicas: Annotated[int, Field(ge=1)] = 8
-    ps_url: str | None = None
+    ps_url: Url | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> TrainRequest:
@@ -187,7 +186,7 @@ class TaskState(Frozen):
 class TrainTask(Frozen):
     """KubeML ``TrainTask``: a job's identity, parameters and current state."""
 
-    job_id: str = Field(min_length=1, max_length=253)
+    job_id: JobRef
     parameters: TrainRequest
     state: TaskState = TaskState()
 
@@ -199,7 +198,7 @@ class EpochReport(Frozen):
     ``CreateTask``. ``at`` is the reporter's clock, injected, never read here.
     """
 
-    job: str = Field(min_length=1)
+    job: JobKey
     replicas: Annotated[int, Field(ge=0)]
     epoch_time_s: Annotated[float, Field(gt=0)] | None = None
     epoch: NonNegativeInt | None = None
@@ -248,7 +247,8 @@ class Reason(Frozen):
 
 
 class ScalingDecision(Frozen):
-    job: str
+    # A policy's output: bounded here, checked as a ``JobKey`` where it is applied.
+    job: Annotated[str, Field(max_length=JOB_KEY_MAX)]
     current: NonNegativeInt
     target: NonNegativeInt
     reason: Reason

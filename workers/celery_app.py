@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue  # type: ignore[attr-defined]
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
 from workers.observability.logs import configure_logging
@@ -64,6 +64,11 @@ def create_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # Every message is checked before Celery parses it: a hostile one is
+        # dead-lettered and acked, never a worker crash (workers/message_guard.py).
+        worker_consumer="workers.message_guard:GuardedConsumer",
+        # ... and every list item before kombu parses it (workers/guarded_transport.py).
+        broker_transport="workers.guarded_transport:GuardedRedisTransport",
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
         broker_connection_retry_on_startup=True,
@@ -85,7 +90,13 @@ def create_app(settings: Settings) -> Celery:
         result_backend_base_sleep_between_retries_ms=100,
         result_backend_max_sleep_between_retries_ms=1000,
         result_extended=False,
-        task_queues=tuple(Queue(name) for name in (CONTROL, EVENTS, CLUSTER_WRITES)),  # type: ignore[no-untyped-call]
+        # Each queue on its own exchange and key: a bare Queue(name) gets the default
+        # exchange and key ("control"), so all three would be bound alike and every
+        # message would land on every queue.
+        task_queues=tuple(
+            Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+            for name in (CONTROL, EVENTS, CLUSTER_WRITES)
+        ),
         task_default_queue=CONTROL,
         task_routes=TASK_ROUTES,
         task_track_started=False,

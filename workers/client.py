@@ -5,16 +5,27 @@ bearer token); every non-2xx answer raises ``ApiError`` with the status and
 the server's one-line detail. ``CeleryClient`` is for services that speak
 Celery: it enqueues the runtime's tasks by name with ``send_task`` (JSON
 payloads, the routes of ``workers.celery_app``) without importing the tasks.
+
+``CeleryClient.report_confirmed`` is the reporter's side of "no report lost":
+Celery's Redis transport takes a message off its list (``BRPOP``) and only
+then records it as unacknowledged (a second command), so a message delivered
+at the instant Redis dies is gone, whatever Redis persists. The reporter
+waits for the report's result (stored in Redis) and sends the same report
+again when none comes; the runtime decides each epoch once, so a repeat is
+harmless.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from celery import Celery
+from celery.exceptions import TimeoutError as ResultTimeout
+from kombu.exceptions import OperationalError
 
 from scheduler_core.models import EpochReport, TrainRequest, TrainTask, job_key
 from workers.settings import Settings
@@ -68,6 +79,18 @@ def report_from_task(task: TrainTask, *, at: float) -> EpochReport:
     )
 
 
+@dataclass(frozen=True)
+class ConfirmedReport:
+    """A report the runtime accepted: its task's answer and how many re-sends it took."""
+
+    outcome: dict[str, Any]
+    resends: int
+
+
+class ReportNotConfirmed(Exception):
+    """No answer to a report after every attempt."""
+
+
 class CeleryClient:
     """Enqueues the runtime's tasks by name on the configured broker."""
 
@@ -101,6 +124,43 @@ class CeleryClient:
 
     def report(self, report: EpochReport) -> str:
         return self.send(REPORT_EPOCH, report.model_dump(mode="json"))
+
+    def send_report(self, report: EpochReport) -> str:
+        """Queue a report whose answer is kept, for ``report_confirmed``; its task id."""
+        result = self.app.send_task(
+            REPORT_EPOCH,
+            args=[report.model_dump(mode="json")],
+            retry=True,
+            retry_policy=dict(SEND_RETRY_POLICY),
+        )
+        return str(result.id)
+
+    def report_confirmed(
+        self,
+        report: EpochReport,
+        *,
+        sent: str | None = None,
+        timeout: float = 15.0,
+        attempts: int = 5,
+    ) -> ConfirmedReport:
+        """Send ``report`` (or wait for the copy already ``sent``) until it is answered.
+
+        Re-sends the same report when no answer comes within ``timeout``; the
+        runtime's per-epoch de-duplication makes every repeat harmless.
+        """
+        task_id = sent or self.send_report(report)
+        for attempt in range(attempts):
+            try:
+                outcome = self.app.AsyncResult(task_id).get(timeout=timeout)
+            except (ResultTimeout, OperationalError, OSError):
+                if attempt + 1 == attempts:
+                    break
+                task_id = self.send_report(report)
+                continue
+            if not isinstance(outcome, dict):
+                raise ReportNotConfirmed(f"unexpected answer {outcome!r}")
+            return ConfirmedReport(outcome=outcome, resends=attempt)
+        raise ReportNotConfirmed(f"no answer for {report.job} after {attempts} attempts")
 
     def finish(self, job: str) -> str:
         return self.send(FINISH, job)

@@ -37,6 +37,15 @@ from workers.wiring import Runtime
 SCHEDULE_FLAG = "schedule:triggered"
 
 
+class OutOfScope(ValueError):
+    """An identity outside ``TRAINSCALER_NAMESPACES``; the text names the field."""
+
+
+def require_scope(rt: Runtime, namespace: str, *, field: str) -> None:
+    if not rt.settings.namespace_allowed(namespace):
+        raise OutOfScope(f"{field}: namespace {namespace!r} is outside TRAINSCALER_NAMESPACES")
+
+
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -51,6 +60,7 @@ def accept_submission(rt: Runtime, payload: Any, *, submission_id: str) -> str:
     records the same job instead of a second one.
     """
     request = TrainRequest.model_validate(payload)
+    require_scope(rt, request.namespace, field="namespace")
     job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"trainscaler:{submission_id}").hex[:12]
     job = job_key(request.namespace, job_id)
     now = rt.clock.now()
@@ -72,6 +82,7 @@ def accept_report(rt: Runtime, payload: Any) -> tuple[EpochReport, bool]:
     (the trigger may have been claimed, and a full queue wants draining).
     """
     report = EpochReport.model_validate(payload)
+    require_scope(rt, report.job.partition("/")[0], field="job")
     _, _, woke = rt.queue.push_and_wake(
         TRAIN,
         report.job,

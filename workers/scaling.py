@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import LockError
 
+from scheduler_core.identity import JobKey
 from scheduler_core.models import (
     ClusterResource,
     ElasticJob,
@@ -41,7 +42,7 @@ class ScaleCommand(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: str
+    job: JobKey
     target: int
     generation: int
     reason: Reason
@@ -186,6 +187,7 @@ def _apply_locked(
     if applied is not None and applied.generation >= command.generation:
         return f"already applied (generation {applied.generation})", None
     current = scaler.current_replicas(command.job)
+    rt.faults.pause("scaler_call", command.job)  # test-only: kill -9 before the write
     # Called even when the target is already in force: a retry after a write that
     # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
     # PUT did not) must still repair what the scaler records. The port makes a
@@ -198,6 +200,7 @@ def _apply_locked(
         rule=command.reason.rule,
         limited_by=command.limited_by(),
     )
+    rt.faults.pause("scaler_called", command.job)  # test-only: ... and after it
     if current == command.target:
         outcome = "already at target"
     else:
@@ -229,7 +232,10 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
     changes: list[ScaleCommand] = []
     note = ""
     try:
-        jobs = tuple(rt.cluster_reader.elastic_jobs())
+        # Defence in depth: the Kubernetes reader watches only the scope already.
+        jobs = tuple(
+            j for j in rt.cluster_reader.elastic_jobs() if settings.namespace_allowed(j.namespace)
+        )
         cluster = rt.cluster_reader.inquire()
         policy = settings.cluster_policy
         # Jobs driven by another policy (KubeML per-report) still count in the snapshot.

@@ -6,18 +6,25 @@ down; nothing else reads ``os.environ``.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from scheduler_core.identity import is_namespace
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINSCALER_", extra="ignore", frozen=True)
 
     # --- Redis (broker, result backend, queue and state store) ---
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
+    # A password kept apart from the URL (a Kubernetes Secret): URL-encoded into
+    # ``redis_url`` when the settings are read, so any character is safe.
+    redis_password: str | None = Field(default=None, repr=False)
     # For rediss:// URLs: certificate checking and an optional CA bundle.
     redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
     redis_ssl_ca_certs: str | None = None
@@ -34,6 +41,10 @@ class Settings(BaseSettings):
     schedule_batch: int = Field(default=200, ge=1)
     decision_history: int = Field(default=200, ge=1)
     dead_letter_max: int = Field(default=10_000, ge=1)
+    # Each dead letter's body, payload, headers and error are cut to this many characters.
+    dead_letter_body_max: int = Field(default=4096, ge=256)
+    # A broker message with a bigger body is dead-lettered unread (workers.message_guard).
+    task_max_body_bytes: int = Field(default=1_048_576, ge=1024)
     # Test-only: lets integration tests pause tasks and fail scale calls via Redis keys.
     fault_injection: bool = False
     # system: the wall clock. redis: the seconds stored at ``P clock:now``, set by
@@ -71,13 +82,18 @@ class Settings(BaseSettings):
     prometheus_timeout: float = Field(default=5.0, gt=0)
     metrics_history: int = Field(default=100, ge=1)
 
+    # --- Scope ---
+    # The namespaces trainscaler reads jobs from and scales in, comma-separated
+    # (``TRAINSCALER_NAMESPACES=team-a,team-b``); empty means every namespace.
+    # Enforced by the API, the tasks and the Kubernetes adapter (its watches).
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+
     # --- Kubernetes ---
     kubeconfig: str | None = None
     kube_in_cluster: bool = False
     kube_qps: float = Field(default=20.0, gt=0)
     kube_burst: int = Field(default=40, ge=1)
     gpu_resource: str = "nvidia.com/gpu"
-    kube_namespace: str | None = None  # watch one namespace; None watches all
     kube_field_manager: str = "trainscaler"
     kube_cache_sync_timeout: float = Field(default=30.0, gt=0)
     kube_watch_timeout_seconds: int = Field(default=300, ge=1)
@@ -93,10 +109,48 @@ class Settings(BaseSettings):
     # Where the CLI's client commands (submit, report, jobs, status) find the API.
     api_url: str = "http://127.0.0.1:8000"
 
+    # --- Flower ---
+    # "user:password" for Flower's basic auth (``trainscaler flower``, the embedded run).
+    flower_basic_auth: str | None = None
+
     # --- Logging ---
     # "json": one JSON object per line (deployments); "text": readable lines (terminal).
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_into_url(cls, data: object) -> object:
+        if not isinstance(data, dict) or not data.get("redis_password"):
+            return data
+        url = urlsplit(str(data.get("redis_url") or cls.model_fields["redis_url"].default))
+        host = url.netloc.rpartition("@")[2]
+        user = quote(unquote(url.username), safe="") if url.username else ""
+        password = quote(str(data["redis_password"]), safe="")
+        netloc = f"{user}:{password}@{host}"
+        return {**data, "redis_url": urlunsplit(url._replace(netloc=netloc))}
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: object) -> object:
+        # "a,b" (operators) or a JSON list (what the embedded system hands its children).
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            return json.loads(value)
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("namespaces")
+    @classmethod
+    def _dns_labels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [namespace for namespace in value if not is_namespace(namespace)]
+        if bad:
+            raise ValueError(f"not DNS-1123 labels: {', '.join(map(repr, bad))}")
+        return tuple(sorted(set(value)))
+
+    def namespace_allowed(self, namespace: str) -> bool:
+        """Whether trainscaler may read and scale jobs in this namespace."""
+        return not self.namespaces or namespace in self.namespaces
 
 
 @lru_cache(maxsize=1)

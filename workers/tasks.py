@@ -9,7 +9,9 @@ on its own with exponential backoff and jitter, up to
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import random
 from collections.abc import Callable
 from functools import lru_cache
@@ -18,8 +20,9 @@ from typing import Any
 import redis
 from celery import Task
 from celery.exceptions import Reject
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from scheduler_core.identity import JobKey
 from scheduler_core.ports import PermanentScaleError
 from workers import handlers
 from workers.adapters.redis_queue import QueueFullError
@@ -46,17 +49,48 @@ def _requeue_on_redis_errors(function: Callable[..., Any]) -> Callable[..., Any]
         except REDIS_ERRORS as error:
             raise Reject(repr(error), requeue=True) from error
 
+    # Celery checks arguments against the task's own signature (``Task.__header__``,
+    # and the message guard before it runs), not the wrapper's ``*args, **kwargs``.
+    run.__signature__ = inspect.signature(function)  # type: ignore[attr-defined]
     return run
+
+
+class DeadLetteringTask(Task):  # type: ignore[misc]
+    """A task whose unexpected failure is dead-lettered with its arguments and error.
+
+    Payload errors are dead-lettered by the tasks themselves; this catches the
+    rest (a bug, an adapter error that is not a Redis outage), so every message
+    ends executed or dead-lettered. Celery acks the message either way.
+    """
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        rt = runtime()
+        # Celery has logged the failure; if Redis is away for the letter too, so be it.
+        with contextlib.suppress(redis.RedisError):
+            rt.dead_letters.add(
+                task=str(self.name),
+                payload={"args": args, "kwargs": kwargs},
+                error=f"{type(exc).__name__}: {exc}",
+                at=rt.clock.now(),
+            )
 
 
 def _task(**options: Any) -> Callable[[Callable[..., Any]], Task]:
     """``app.task`` with a type (Celery's decorator is untyped), requeueing on Redis errors."""
-    decorator: Callable[[Callable[..., Any]], Task] = app.task(**options)
+    decorator: Callable[[Callable[..., Any]], Task] = app.task(base=DeadLetteringTask, **options)
 
     def register(function: Callable[..., Any]) -> Task:
         return decorator(_requeue_on_redis_errors(function))
 
     return register
+
+
+class FinishRequest(BaseModel):
+    """The argument of ``trainscaler.finish``: a job key."""
+
+    job: JobKey
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +125,8 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
         job = handlers.accept_submission(rt, payload, submission_id=str(self.request.id))
     except ValidationError as error:
         return _reject(rt, "trainscaler.submit", payload, validation_message(error))
+    except handlers.OutOfScope as error:
+        return _reject(rt, "trainscaler.submit", payload, str(error))
     except QueueFullError as error:
         return {"ok": False, "error": str(error)}
     _trigger_schedule(rt)
@@ -104,6 +140,8 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
         report, triggered = handlers.accept_report(rt, payload)
     except ValidationError as error:
         return _reject(rt, "trainscaler.report_epoch", payload, validation_message(error))
+    except handlers.OutOfScope as error:
+        return _reject(rt, "trainscaler.report_epoch", payload, str(error))
     except QueueFullError as error:
         schedule.apply_async()  # a full queue wants draining
         return {"ok": False, "error": str(error)}
@@ -138,11 +176,16 @@ def scale(commands: Any = None) -> dict[str, Any]:
     outcomes: list[str] = []
     for raw in commands if isinstance(commands, list) else [commands]:
         try:
-            valid.append(handlers.ScaleCommand.model_validate(raw))
+            command = handlers.ScaleCommand.model_validate(raw)
+            handlers.require_scope(rt, command.job.partition("/")[0], field="job")
         except ValidationError as error:
             outcomes.append(
                 str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
             )
+        except handlers.OutOfScope as error:
+            outcomes.append(str(_reject(rt, "trainscaler.scale", raw, str(error))["error"]))
+        else:
+            valid.append(command)
     # Redis errors are not caught per command: Celery retries the whole (idempotent) task.
     counted: list[ScaleResultLabel] = []
     for result in handlers.apply_scales(rt, valid):
@@ -196,9 +239,14 @@ def fetch_metrics() -> dict[str, Any]:
 @_task(name="trainscaler.finish")
 def finish(job: Any = None) -> dict[str, Any]:
     rt = runtime()
-    if not isinstance(job, str) or not job:
-        return _reject(rt, "trainscaler.finish", job, "job: expected a job key 'namespace/name'")
-    return handlers.finish_job(rt, job)
+    try:
+        key = FinishRequest.model_validate({"job": job}).job
+        handlers.require_scope(rt, key.partition("/")[0], field="job")
+    except ValidationError as error:
+        return _reject(rt, "trainscaler.finish", job, validation_message(error))
+    except handlers.OutOfScope as error:
+        return _reject(rt, "trainscaler.finish", job, str(error))
+    return handlers.finish_job(rt, key)
 
 
 @_task(name="trainscaler.sweep_leases")

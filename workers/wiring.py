@@ -173,6 +173,7 @@ class Runtime:
             self.redis,
             prefix=self.settings.redis_key_prefix,
             max_length=self.settings.dead_letter_max,
+            field_max=self.settings.dead_letter_body_max,
         )
 
     @cached_property

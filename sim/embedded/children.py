@@ -37,6 +37,8 @@ class ChildLayout:
     # None: Redis is not embedded (a configured URL is used).
     redis_server: str | None = None
     redis_port: int = 0
+    # The embedded Redis's config file (its generated ``requirepass``), 0600.
+    redis_config: Path | None = None
     # 0: no loopback API server (``--cluster kubeconfig``).
     kube_port: int = 0
     nodes: int = 4
@@ -66,8 +68,9 @@ def infrastructure(layout: ChildLayout, env: Mapping[str, str]) -> list[ChildSpe
     if layout.redis_server is not None:
         data = layout.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
+        config = [str(layout.redis_config)] if layout.redis_config is not None else []
         argv = [
-            layout.redis_server,
+            layout.redis_server, *config,
             "--bind", LOOPBACK, "--port", str(layout.redis_port), "--dir", str(data),
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
         ]  # fmt: skip
@@ -88,6 +91,8 @@ def infrastructure(layout: ChildLayout, env: Mapping[str, str]) -> list[ChildSpe
 def runtime(layout: ChildLayout, env: Mapping[str, str], *, log_dir: Path) -> list[ChildSpec]:
     """The Celery worker (with task events, for Flower), beat, the API and Flower."""
     celery = _python("-m", "celery", "-A", "workers")
+    auth = env.get("TRAINSCALER_FLOWER_BASIC_AUTH")
+    flower_env = {"FLOWER_BASIC_AUTH": auth} if auth else {}
     return [
         ChildSpec(
             "worker",
@@ -116,9 +121,10 @@ def runtime(layout: ChildLayout, env: Mapping[str, str], *, log_dir: Path) -> li
         ChildSpec(
             "flower",
             [*celery, "flower", f"--address={LOOPBACK}", f"--port={layout.flower_port}"],
-            # Loopback only: Flower's REST API answers without basic auth here.
-            {**env, "FLOWER_UNAUTHENTICATED_API": "true"},
-            ready=http_ready(f"{layout.flower_url}/healthcheck"),
+            # Basic auth with the run's generated credentials (Flower reads
+            # FLOWER_BASIC_AUTH; an environment is private to its process).
+            {**env, **flower_env},
+            ready=http_ready(f"{layout.flower_url}/healthcheck", statuses=(200, 401)),
         ),
     ]  # fmt: skip
 

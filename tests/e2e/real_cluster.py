@@ -132,7 +132,7 @@ def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
 
 
 def install_rbac(api: k8s.ApiClient) -> None:
-    for manifest in ("namespace.yaml", "rbac.yaml"):
+    for manifest in ("namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"):
         for document in yaml.safe_load_all((REPO / "deploy" / manifest).read_text()):
             if document:
                 apply_manifest(api, document)

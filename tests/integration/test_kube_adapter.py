@@ -674,3 +674,57 @@ def test_autoscaler_facade_options_and_loop(
         stop.set()
         loop.join(WAIT)
     assert not loop.is_alive() and rounds and rounds[0] >= 1
+
+
+def _elastic_job_in(kube: KubeClient, namespace: str, name: str) -> None:
+    with contextlib.suppress(KubeApiError):  # the namespace may exist already
+        kube.request(
+            "POST", "/api/v1/namespaces",
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        )  # fmt: skip
+    body = {
+        "apiVersion": "trainscaler.io/v1alpha1",
+        "kind": "ElasticJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+        },
+    }
+    kube.request("POST", ELASTICJOBS.collection_path(namespace), body=body)
+
+
+@pytest.mark.parametrize("scope", [("ml",), ("ml", "team-b")], ids=["one", "two"])
+def test_watches_and_writes_are_scoped_to_trainscaler_namespaces(
+    server: Any, kube: KubeClient, scope: tuple[str, ...]
+) -> None:
+    for namespace in ("ml", "team-b", "kube-system"):
+        _elastic_job_in(kube, namespace, "j")
+    settings = Settings(
+        kube_qps=1000, kube_burst=1000, kube_cache_sync_timeout=WAIT, namespaces=scope
+    )
+    adapter = KubeAdapter(settings, api_client=server.api_client())
+    try:
+        cache = adapter.cache
+        cache.ensure_synced(WAIT)
+        seen = {o["metadata"]["namespace"] for o in cache.informer(ELASTICJOBS).list()}
+        assert seen == set(scope)
+        # Every watch of a job kind is namespaced: no cluster-wide ElasticJob or workload list.
+        for plural, informer in cache.informers.items():
+            parts = getattr(informer, "_parts", [informer])
+            paths = {part._path for part in parts}
+            if plural in {"nodes", "pods"}:
+                assert paths == {f"/api/v1/{plural}"}  # capacity: cluster-wide, read-only
+            else:
+                assert paths == {p for p in paths if "/namespaces/" in p} and len(paths) == len(
+                    scope
+                )
+        # The scaler refuses an out-of-scope job before any request.
+        server.reset_request_counts()
+        with pytest.raises(PermanentScaleError, match="outside TRAINSCALER_NAMESPACES"):
+            adapter.replica_scaler().scale("kube-system/j", 3, reason="test")
+        # (The cache's watches may reconnect meanwhile; no read or write of a job may happen.)
+        assert not {k for k in server.request_counts() if k[0] in {"get", "update", "patch"}}
+    finally:
+        adapter.close()

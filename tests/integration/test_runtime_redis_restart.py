@@ -1,8 +1,11 @@
-"""Redis crashes (SIGKILL) and restarts with append-only persistence mid-run.
+"""Redis stops (SIGTERM) or crashes (SIGKILL) and restarts with append-only persistence.
 
 Nothing queued is lost: the queue's items, entries and leases come back as
-they were, the Celery messages come back, and every job still ends at the
-replica count an in-order replay of its reports gives.
+they were, the Celery messages come back, every report is confirmed by the
+reporter (``CeleryClient.report_confirmed`` re-sends a report whose answer
+never came: Celery's transport pops a message before recording it as
+unacked), and every job still ends at the replica count an in-order replay
+of its reports gives: 0 reports lost.
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from tests.integration.conftest import PREFIX, wait_for
 from tests.integration.test_runtime_load import make_reports, send_concurrently, wait_for_replay
 from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.celery_app import create_app
+from workers.client import CeleryClient
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -46,8 +49,9 @@ def _snapshot(queue: RedisSchedulerQueue) -> dict[str, object]:
     }
 
 
-def test_redis_restart_with_aof_loses_no_queued_item(
-    aof_server, procs, settings, redis_client, recorder, store, dead_letters
+@pytest.mark.parametrize("kill", [True, False], ids=["sigkill", "sigterm"])
+def test_redis_restart_with_aof_loses_no_report(
+    aof_server, procs, settings, redis_client, recorder, store, dead_letters, kill: bool
 ) -> None:
     client_app = create_app(settings)
     # A probe queue under its own prefix (no worker serves it): exact before/after check.
@@ -65,11 +69,9 @@ def test_redis_restart_with_aof_loses_no_queued_item(
     # The first scale batch stops (after applying) long enough for the crash to hit it.
     redis_client.set(f"{PREFIX}faults:pause:scale_applied", "3")
     # Every job's first report, all at once (one per job, so order cannot matter).
+    sender = CeleryClient(settings, app=client_app)
     first_sent = {
-        client_app.send_task(
-            "trainscaler.report_epoch", args=[job_reports[0].model_dump(mode="json")]
-        ).id: job_reports[0]
-        for job_reports in reports.values()
+        sender.send_report(job_reports[0]): job_reports[0] for job_reports in reports.values()
     }
     wait_for(
         lambda: redis_client.get(f"{PREFIX}faults:paused:scale_applied"),
@@ -79,8 +81,8 @@ def test_redis_restart_with_aof_loses_no_queued_item(
     # Celery keeps delivered, unacked messages in its "unacked" hash until acked.
     assert redis_client.hlen("unacked") > 0, "the crash must find work in flight"
 
-    # Crash mid-run: reports, schedule and scale work is queued and in flight right now.
-    aof_server.restart(kill=True)
+    # Mid-run: reports, schedule and scale work is queued and in flight right now.
+    aof_server.restart(kill=kill)
     wait_for(lambda: _ping(redis_client), timeout=20, what="redis back")
 
     assert _snapshot(probe) == before
@@ -88,24 +90,19 @@ def test_redis_restart_with_aof_loses_no_queued_item(
         assert delivery is not None and probe.ack_delivery(delivery)
     # The client's result subscription did not survive the crash: a fresh client app.
     # Every first report is accepted (results persist too) before its job's next one.
-    client_app = create_app(settings)
-    resent = 0
+    client = CeleryClient(settings)
+    resends = 0
     for task_id, report in first_sent.items():
-        try:
-            outcome = client_app.AsyncResult(task_id).get(timeout=15)
-        except CeleryTimeoutError:
-            # Celery's Redis transport pops a message (BRPOP) before recording it as
-            # unacked: one delivered at the instant of the crash is gone. A reporter
-            # without an answer reports again; the runtime decides each epoch once.
-            resent += 1
-            outcome = client_app.send_task(
-                "trainscaler.report_epoch", args=[report.model_dump(mode="json")]
-            ).get(timeout=30)
-        assert outcome["ok"]
-    assert resent <= 2, f"{resent} reports lost in the crash: more than its instant"
-    send_concurrently(client_app, {job: r[1:] for job, r in reports.items()})
+        confirmed = client.report_confirmed(report, sent=task_id, timeout=15)
+        assert confirmed.outcome["ok"]
+        resends += confirmed.resends
+    print(f"redis {'SIGKILL' if kill else 'SIGTERM'}: {len(first_sent)} reports in flight, "
+          f"{resends} re-sent by the reporter, 0 lost")  # fmt: skip
+    send_concurrently(client.app, {job: r[1:] for job, r in reports.items()})
+    # 0 lost: every job's every report is decided, in order (the replay's exact target).
     wait_for_replay(recorder, store, reports, timeout=60)
     assert dead_letters.count() == 0
+    client.close()
 
 
 def _ping(client: redis.Redis) -> bool:

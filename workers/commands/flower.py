@@ -3,9 +3,10 @@
 The broker URL comes from ``Settings`` (``TRAINSCALER_REDIS_URL``), passed
 explicitly so Flower and the workers always watch the same broker. The
 process is replaced by Flower (``exec``), so signals reach Flower directly.
-Deployments protect it with basic auth (``--basic-auth user:password`` or
-Flower's own ``FLOWER_BASIC_AUTH``); the embedded ``trainscaler run`` serves
-it on loopback only.
+It is protected with basic auth: ``--basic-auth user:password``, else
+``TRAINSCALER_FLOWER_BASIC_AUTH`` (or Flower's own ``FLOWER_BASIC_AUTH``);
+the embedded ``trainscaler run`` generates credentials and serves it on
+loopback only.
 """
 
 from __future__ import annotations
@@ -45,8 +46,13 @@ def flower(
     ] = None,
 ) -> None:
     """Start Flower on the runtime's broker; extra arguments go to Flower."""
+    settings = get_settings()
     argv = flower_argv(
-        get_settings(), address=address, port=port, basic_auth=basic_auth, extra=list(ctx.args)
+        settings,
+        address=address,
+        port=port,
+        basic_auth=basic_auth or settings.flower_basic_auth,
+        extra=list(ctx.args),
     )
     os.execv(sys.executable, argv)
 

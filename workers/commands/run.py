@@ -7,7 +7,10 @@ loopback Kubernetes API server with simulated GPU nodes (unless ``--cluster
 kubeconfig``), a Celery worker, beat, the HTTP API and Flower; installs the
 ElasticJob CRD; then drives a mix of simulated training jobs and shows them
 live. Children get their configuration only through ``TRAINSCALER_*``
-variables built from one ``Settings``. SIGINT / SIGTERM, or ``--duration``,
+variables built from one ``Settings``. Secure by default: the embedded Redis
+gets a generated password (in a 0600 config file, still on loopback), Flower
+generated basic-auth credentials, the API a generated token; all three are
+in the run's env file (0600). SIGINT / SIGTERM, or ``--duration``,
 stop every child and exit 0; a child that dies on its own stops the run with
 exit code 1.
 """
@@ -53,7 +56,12 @@ from sim.embedded.table import StatusPoller
 from sim.trace.runner import default_data_dir
 from workers.adapters.kubernetes.client import load_configuration
 from workers.adapters.kubernetes.crd import GROUP, KIND, PLURAL, VERSION, install_crd
-from workers.adapters.redis_server import redis_server_binary
+from workers.adapters.redis_server import (
+    generate_password,
+    redis_server_binary,
+    redis_url,
+    write_password_config,
+)
 from workers.settings import Settings, get_settings
 from workers.wiring import Runtime
 
@@ -75,6 +83,8 @@ class Plan:
     flower_port: int
     kube_port: int = 0
     redis_port: int = 0
+    # The embedded Redis's generated password (None when a Redis URL is configured).
+    redis_password: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -99,6 +109,7 @@ def _plan(
     embedded_redis = "redis_url" not in base.model_fields_set
     loopback = cluster == ClusterMode.LOOPBACK
     redis_port = choose_port(None) if embedded_redis else 0
+    redis_password = generate_password() if embedded_redis else None
     kube_port = choose_port(None) if loopback else 0
     updates: dict[str, Any] = {
         "scaler": "kubernetes",
@@ -106,6 +117,7 @@ def _plan(
         "metrics_interval": max(autoscale_interval, 1.0),
         "api_auth_disabled": False,
         "api_token": base.api_token or secrets.token_urlsafe(24),
+        "flower_basic_auth": base.flower_basic_auth or f"admin:{secrets.token_urlsafe(18)}",
     }
     if "cluster_policy_params" not in base.model_fields_set:
         # Time runs compressed here and a loopback pod restarts within a second:
@@ -113,7 +125,7 @@ def _plan(
         # of a short run look "mixed" and keep every job at its requested size.
         updates["cluster_policy_params"] = {"goodput": {"restart_s": 1.0}}
     if embedded_redis:
-        updates["redis_url"] = f"redis://{LOOPBACK}:{redis_port}/0"
+        updates["redis_url"] = redis_url(host=LOOPBACK, port=redis_port, password=redis_password)
     if loopback:
         updates["kubeconfig"] = str(run_dir / "kubeconfig")
         updates["kube_in_cluster"] = False
@@ -135,17 +147,22 @@ def _plan(
         flower_port=flower,
         kube_port=kube_port,
         redis_port=redis_port,
+        redis_password=redis_password,
         notes=notes,
     )
 
 
 def _layout(plan: Plan, *, nodes: int, gpus: int) -> ChildLayout:
+    config = None
+    if plan.embedded_redis and plan.redis_password is not None:
+        config = write_password_config(plan.run_dir / "redis" / "redis.conf", plan.redis_password)
     return ChildLayout(
         run_dir=plan.run_dir,
         api_port=plan.api_port,
         flower_port=plan.flower_port,
         redis_server=redis_server_binary() if plan.embedded_redis else None,
         redis_port=plan.redis_port,
+        redis_config=config,
         kube_port=plan.kube_port if plan.loopback_cluster else 0,
         nodes=nodes,
         gpus=gpus,
@@ -154,17 +171,24 @@ def _layout(plan: Plan, *, nodes: int, gpus: int) -> ChildLayout:
 
 
 def _write_client_env(plan: Plan) -> Path:
-    """``source`` it in another terminal to use ``trainscaler jobs|status|...`` on this run."""
+    """``source`` it in another terminal to use ``trainscaler jobs|status|...`` on this run.
+
+    It holds the run's secrets (API token, Redis password, Flower credentials):
+    created 0600, readable by its owner alone.
+    """
     values = {
         "TRAINSCALER_API_URL": plan.api_url,
         "TRAINSCALER_API_TOKEN": plan.settings.api_token or "",
         "TRAINSCALER_REDIS_URL": plan.settings.redis_url,
+        "TRAINSCALER_FLOWER_BASIC_AUTH": plan.settings.flower_basic_auth or "",
     }
     if plan.settings.kubeconfig:
         values["TRAINSCALER_KUBECONFIG"] = plan.settings.kubeconfig
     path = plan.run_dir / "env"
-    path.touch(mode=0o600)  # it holds the API token
-    path.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items()))
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as env_file:
+        env_file.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items()))
     return path
 
 
@@ -388,7 +412,9 @@ def run(
                 startup_s = time.monotonic() - began
             say(f"Flower: {plan.flower_url}")
             say(f"API:    {plan.api_url}  (docs {plan.api_url}/docs)")
-            say(f"CLI:    source {_write_client_env(plan)}; trainscaler jobs")
+            env_file = _write_client_env(plan)
+            say(f"CLI:    source {env_file}; trainscaler jobs")
+            say("        (Flower's basic auth is TRAINSCALER_FLOWER_BASIC_AUTH in that file)")
             say(
                 f"ready in {startup_s:.1f}s (first autoscale succeeded)"
                 if startup_s is not None

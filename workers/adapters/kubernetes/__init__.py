@@ -23,6 +23,8 @@ from workers.adapters.kubernetes.cache import (
     CacheNotSyncedError,
     ClusterCache,
     Informer,
+    ScopedInformer,
+    Watched,
 )
 from workers.adapters.kubernetes.client import (
     KubeClient,
@@ -62,12 +64,13 @@ __all__ = [
 def build_cache(
     client: KubeClient,
     *,
-    namespace: str | None = None,
+    namespaces: tuple[str, ...] = (),
     watch_timeout_seconds: int = 300,
     backoff: Backoff | None = None,
 ) -> ClusterCache:
-    """Informers for nodes, live pods (cluster-wide: they all use capacity),
-    ElasticJobs and the workload kinds a job may target (in ``namespace``)."""
+    """Informers for nodes, live pods (cluster-wide, read-only: they all use
+    capacity), ElasticJobs and the workload kinds a job may target (watched
+    only in ``namespaces``; every namespace when empty)."""
     delays = backoff or Backoff()
 
     def informer(
@@ -82,12 +85,19 @@ def build_cache(
             backoff=delays,
         )
 
+    def scoped(kind: ResourceKind) -> Watched:
+        if not namespaces:
+            return informer(kind)
+        if len(namespaces) == 1:
+            return informer(kind, scope=namespaces[0])
+        return ScopedInformer(kind, [informer(kind, scope=n) for n in namespaces])
+
     return ClusterCache(
         [
             informer(NODES),
             informer(PODS, fields=NON_TERMINATED_PODS),
-            informer(ELASTICJOBS, scope=namespace),
-            *(informer(kind, scope=namespace) for kind in WATCHED_TARGETS),
+            scoped(ELASTICJOBS),
+            *(scoped(kind) for kind in WATCHED_TARGETS),
         ]
     )
 
@@ -132,7 +142,7 @@ class KubeAdapter:
             if self._cache is None:
                 self._cache = build_cache(
                     client,
-                    namespace=self._settings.kube_namespace,
+                    namespaces=self._settings.namespaces,
                     watch_timeout_seconds=self._settings.kube_watch_timeout_seconds,
                 )
             return self._cache
@@ -154,6 +164,7 @@ class KubeAdapter:
             clock=self._wall_clock,
             elastic_jobs=cache.informer(ELASTICJOBS) if cache is not None else None,
             component=self._settings.kube_field_manager,
+            namespaces=self._settings.namespaces,
         )
 
     def autoscaler(self, *, max_load_desired: float | None = None) -> Autoscaler:

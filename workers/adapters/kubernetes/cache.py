@@ -244,19 +244,68 @@ class Informer:
                     self._resource_version = version
 
 
+class ScopedInformer:
+    """One kind watched in each of several namespaces, read as one informer.
+
+    ``TRAINSCALER_NAMESPACES`` with more than one namespace: one namespaced
+    watch each (so namespaced Roles suffice), never a cluster-wide one.
+    """
+
+    def __init__(self, kind: ResourceKind, informers: Iterable[Informer]) -> None:
+        self.kind = kind
+        self._parts = list(informers)
+
+    def start(self) -> None:
+        for part in self._parts:
+            part.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for part in self._parts:
+            part.stop(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(part.wait_synced(timeout) for part in self._parts)
+
+    @property
+    def synced(self) -> bool:
+        return all(part.synced for part in self._parts)
+
+    def list(self) -> list[JsonObject]:
+        return [obj for part in self._parts for obj in part.list()]
+
+    def get(self, namespace: str | None, name: str) -> JsonObject | None:
+        for part in self._parts:
+            found = part.get(namespace, name)
+            if found is not None:
+                return found
+        return None
+
+    def stats(self) -> InformerStats:
+        parts = [part.stats() for part in self._parts]
+        return InformerStats(
+            sum(p.lists for p in parts),
+            sum(p.watches for p in parts),
+            sum(p.gone for p in parts),
+            sum(p.errors for p in parts),
+        )
+
+
+Watched = Informer | ScopedInformer
+
+
 class ClusterCache:
     """The informers one process shares: started together, read by snapshot."""
 
-    def __init__(self, informers: Iterable[Informer]) -> None:
+    def __init__(self, informers: Iterable[Watched]) -> None:
         self._informers = {informer.kind.plural: informer for informer in informers}
         self._started = False
         self._lock = threading.Lock()
 
     @property
-    def informers(self) -> MappingProxyType[str, Informer]:
+    def informers(self) -> MappingProxyType[str, Watched]:
         return MappingProxyType(self._informers)
 
-    def informer(self, kind: ResourceKind) -> Informer:
+    def informer(self, kind: ResourceKind) -> Watched:
         return self._informers[kind.plural]
 
     def has(self, kind: ResourceKind) -> bool:

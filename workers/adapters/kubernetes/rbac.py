@@ -44,3 +44,21 @@ REQUIRED_PERMISSIONS: frozenset[Permission] = frozenset(
     # events.py
     | _grant("", ("events",), ("create",))
 )
+
+# Capacity is cluster-wide (every node, every live pod uses it): read-only, and
+# the only cluster-scoped grant the namespaced alternative keeps.
+CLUSTER_READ_PERMISSIONS: frozenset[Permission] = frozenset(
+    _grant("", ("nodes", "pods"), ("list", "watch"))
+)
+
+# Everything else is per namespace: with ``TRAINSCALER_NAMESPACES`` set, a Role
+# with these in each listed namespace (deploy/namespaced/rbac-namespaced.yaml).
+NAMESPACED_PERMISSIONS: frozenset[Permission] = REQUIRED_PERMISSIONS - CLUSTER_READ_PERMISSIONS
+
+# The HTTP API only reads (``GET /plan`` previews, ``GET /health``): its own
+# ServiceAccount gets the read verbs and no scale, status or event rights.
+API_PERMISSIONS: frozenset[Permission] = frozenset(
+    p
+    for p in REQUIRED_PERMISSIONS
+    if p.verb in {"get", "list", "watch"} and "/" not in p.resource  # no subresources
+)

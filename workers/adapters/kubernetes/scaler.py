@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from scheduler_core import identity
 from scheduler_core.ports import Clock, PermanentScaleError, TransientScaleError
-from workers.adapters.kubernetes.cache import Informer
+from workers.adapters.kubernetes.cache import Watched
 from workers.adapters.kubernetes.client import (
     MERGE_PATCH,
     JsonObject,
@@ -74,10 +75,15 @@ def map_error(error: Exception, *, action: str) -> Exception:
     return error
 
 
-def split_job_key(job: str) -> tuple[str, str]:
-    namespace, _, name = job.partition("/")
-    if not namespace or not name or "/" in name:
-        raise PermanentScaleError(f"job key {job!r} is not namespace/name")
+def split_job_key(job: str, *, namespaces: tuple[str, ...] = ()) -> tuple[str, str]:
+    """Defence in depth: the key is a valid ``namespace/name`` inside the scope, or
+    the scale is refused (permanent) before any request is made."""
+    try:
+        namespace, name = identity.split_job_key(job)
+    except ValueError as error:
+        raise PermanentScaleError(f"job: {error}") from error
+    if namespaces and namespace not in namespaces:
+        raise PermanentScaleError(f"job: namespace {namespace!r} is outside TRAINSCALER_NAMESPACES")
     return namespace, name
 
 
@@ -175,11 +181,13 @@ class KubeReplicaScaler:
         *,
         clock: Clock,
         conflict_retries: int = 3,
-        elastic_jobs: Informer | None = None,
+        elastic_jobs: Watched | None = None,
         resolver: KindResolver | None = None,
         component: str = "trainscaler",
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self._client = client
+        self._namespaces = namespaces
         self._clock = clock
         self._conflict_retries = conflict_retries
         # A cache of ElasticJobs saves a GET per scale; a stale copy only costs a 409 retry.
@@ -193,7 +201,7 @@ class KubeReplicaScaler:
     # --- the port ------------------------------------------------------------
 
     def current_replicas(self, job: str) -> int:
-        namespace, name = split_job_key(job)
+        namespace, name = split_job_key(job, namespaces=self._namespaces)
         try:
             resource = self._elastic_job(namespace, name)
             replicas, target_object = self._target(resource).read()
@@ -233,7 +241,7 @@ class KubeReplicaScaler:
         ``policy``, ``rule`` and ``limited_by`` (the planner's reason numbers)
         go into ``status.lastDecision`` and the ``ScalingLimited`` condition.
         """
-        namespace, name = split_job_key(job)
+        namespace, name = split_job_key(job, namespaces=self._namespaces)
         if replicas < 0:
             raise PermanentScaleError(f"{job}: replicas must be >= 0, got {replicas}")
         resource: JsonObject | None = None

@@ -1,0 +1,104 @@
+"""The broker transport: kombu's Redis transport, refusing list items that are not envelopes.
+
+Kombu's Redis channel pops an item off a queue's list (``BRPOP``) and parses
+it as its JSON envelope (``body``, ``properties`` with ``delivery_tag`` and
+``delivery_info``, ``headers``...) inside the worker's event loop, without
+checking it: bytes pushed straight onto a list (``not json``, ``null``,
+``{"body": 5}``) raise there, and the worker exits. ``GuardedChannel``
+checks the item before it is delivered; one that is not an envelope is
+dead-lettered with its queue and raw bytes (``workers.message_guard``) and
+dropped (it was already off the list). Envelopes go on to Celery's consumer,
+where the message guard checks the message itself.
+
+Selected by ``broker_transport`` in ``workers/celery_app.py``; ``redis://``
+and ``rediss://`` URLs work as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from queue import Empty
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+
+from workers.message_guard import dead_letter_raw
+
+_TEXT_OR_NONE = ("content-type", "content-encoding")
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+class NotAnEnvelope(ValueError):
+    """A list item kombu cannot turn into a message; the text says why."""
+
+
+def parse_envelope(item: bytes | str) -> dict[str, Any]:
+    """The item as kombu's envelope, or ``NotAnEnvelope``."""
+    try:
+        payload = json.loads(_text(item))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise NotAnEnvelope(f"envelope: not JSON: {error}") from error
+    if not isinstance(payload, dict):
+        raise NotAnEnvelope("envelope: expected an object")
+    properties = payload.get("properties")
+    if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
+        raise NotAnEnvelope("envelope.properties.delivery_tag: expected a string")
+    info = properties.get("delivery_info")
+    if not isinstance(info, dict) or not all(
+        isinstance(info.get(key), str) for key in ("exchange", "routing_key")
+    ):
+        raise NotAnEnvelope("envelope.properties.delivery_info: expected exchange and routing_key")
+    body = payload.get("body")
+    if body is not None and not isinstance(body, str):
+        raise NotAnEnvelope("envelope.body: expected a string")
+    encoding = properties.get("body_encoding")
+    if encoding not in (None, "base64"):
+        raise NotAnEnvelope("envelope.properties.body_encoding: expected base64")
+    if body and encoding == "base64":
+        try:
+            base64.b64decode(body.encode(), validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise NotAnEnvelope("envelope.body: not base64") from error
+    if payload.get("headers") is not None and not isinstance(payload["headers"], dict):
+        raise NotAnEnvelope("envelope.headers: expected an object")
+    for key in _TEXT_OR_NONE:
+        if payload.get(key) is not None and not isinstance(payload[key], str):
+            raise NotAnEnvelope(f"envelope.{key}: expected a string")
+    return payload
+
+
+class GuardedChannel(kombu_redis.Channel):
+    """Kombu 5.7's ``Channel._brpop_read`` with the envelope checked before delivery."""
+
+    def _brpop_read(self, **options: Any) -> bool:
+        try:
+            try:
+                dest__item = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                # As kombu: disconnect, so the next iteration reconnects.
+                self.client.connection.disconnect()
+                raise
+            if not dest__item:
+                raise Empty()
+            dest, item = dest__item
+            dest = _text(dest).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(dest)
+            try:
+                payload = parse_envelope(item)
+            except NotAnEnvelope as problem:
+                dead_letter_raw(queue=dest, raw=item, error=str(problem))
+                return True
+            self.connection._deliver(payload, dest)
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+
+class GuardedRedisTransport(kombu_redis.Transport):
+    Channel = GuardedChannel
