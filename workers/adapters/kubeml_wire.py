@@ -189,7 +189,9 @@ def _into(raw: Any, go_type: GoType, current: Any, *, where: str) -> Any:
     if kind == "int":
         # strconv.ParseInt: integer literals only (no "1.0", no "1e2"), 64 bits.
         if not isinstance(raw, int) or not INT64_MIN <= raw <= INT64_MAX:
-            raise GoDecodeError(f"json: cannot unmarshal number {raw} into Go value {where} of type int")
+            raise GoDecodeError(
+                f"json: cannot unmarshal number {raw} into Go value {where} of type int"
+            )
         return raw
     try:
         number = float(raw)
@@ -197,7 +199,9 @@ def _into(raw: Any, go_type: GoType, current: Any, *, where: str) -> Any:
         number = float("inf")
     limit = FLOAT32_MAX if kind == "float32" else float("inf")
     if abs(number) > limit or number in (float("inf"), float("-inf")):
-        raise GoDecodeError(f"json: cannot unmarshal number {raw} into Go value {where} of type {kind}")
+        raise GoDecodeError(
+            f"json: cannot unmarshal number {raw} into Go value {where} of type {kind}"
+        )
     return number
 
 
