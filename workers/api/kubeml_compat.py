@@ -117,6 +117,7 @@ class KubemlContext:
     producer: TaskProducer
     http: httpx.AsyncClient
     poll_interval: float = 0.05
+    finish_wait_s: float = FINISH_WAIT_S
 
 
 def train_request_from_kubeml(decoded: dict[str, Any], settings: Settings) -> TrainRequest:
@@ -238,7 +239,7 @@ async def finish(request: Request) -> Response:
     if record is None or record.finished_at is not None:
         return go_ok()
     await run_in_threadpool(ctx.producer.finish, job)
-    deadline = time.monotonic() + FINISH_WAIT_S
+    deadline = time.monotonic() + ctx.finish_wait_s
     while time.monotonic() < deadline:
         current = await run_in_threadpool(store.get_job, job)
         if current is None or current.finished_at is not None:
