@@ -338,6 +338,8 @@ def test_kubeml_controller_ps_and_job_run_unchanged_against_trainscaler(
         job = wait_for(
             lambda: side.jobs.get(job_id), timeout=60, what="the parameter server's /start"
         )
+        if job is None:  # wait_for returns only once it has one
+            pytest.fail("no train job started")
         assert job.done.wait(timeout=len(EPOCH_TIMES) * UPDATE_TIMEOUT_S), "train job hung"
         assert job.error is None, job.error
         assert side.failures == []
