@@ -58,7 +58,8 @@ FLOAT32 = GoType("float32")
 FLOAT64 = GoType("float64")
 BOOL = GoType("bool")
 ANY = GoType("any")
-# A struct this module does not model field by field (KubeML's corev1.Pod): an object or null.
+# A struct this module does not model field by field (KubeML's corev1.Pod and
+# corev1.Service pointers): an object or null.
 OPAQUE_OBJECT = GoType("object")
 
 # ml/pkg/api/types.go
@@ -88,7 +89,11 @@ TRAIN_REQUEST = GoType(
 )
 JOB_STATE = GoType("struct", "JobState", {"parallelism": INT, "elapsed_time": FLOAT64})
 # JobInfo's Channel field is tagged json:"-": never on the wire.
-JOB_INFO = GoType("struct", "JobInfo", {"id": STRING, "state": JOB_STATE, "pod": OPAQUE_OBJECT})
+JOB_INFO = GoType(
+    "struct",
+    "JobInfo",
+    {"id": STRING, "state": JOB_STATE, "pod": OPAQUE_OBJECT, "svc": OPAQUE_OBJECT},
+)
 TRAIN_TASK = GoType("struct", "TrainTask", {"request": TRAIN_REQUEST, "job": JOB_INFO})
 INFER_REQUEST = GoType(
     "struct", "InferRequest", {"model_id": STRING, "data": GoType("slice", element=ANY)}
