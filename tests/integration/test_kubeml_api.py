@@ -431,10 +431,14 @@ def test_health_methods_and_unknown_paths_answer_as_gorilla_mux(listener: Listen
         wrong_method = http.get("/train")
         unknown = http.post("/scheduleTrainTask", json={})
         finish_post = http.post("/finish/x")
+        slash = http.post("/train/", json=GO_TRAIN_REQUEST)
+        no_id = http.delete("/finish/")
     assert (health.status_code, health.content) == (200, b"")
     assert (wrong_method.status_code, wrong_method.content) == (405, b"")
     assert (finish_post.status_code, finish_post.content) == (405, b"")
     assert (unknown.status_code, unknown.content) == (404, b"404 page not found\n")
+    assert unknown.headers["content-type"] == GO_TEXT
+    assert (slash.status_code, no_id.status_code) == (404, 404)
     assert queued(listener.redis) == []
 
 

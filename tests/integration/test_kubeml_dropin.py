@@ -149,6 +149,9 @@ class KubemlSide:
     updates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     channels: dict[str, queue.Queue[dict[str, Any]]] = field(default_factory=dict)
     jobs: dict[str, TrainJob] = field(default_factory=dict)
+    # /update calls to answer 503 before taking one (the scheduler must retry them).
+    unavailable_updates: int = 0
+    refused_updates: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fail(self, message: str) -> None:
@@ -249,6 +252,11 @@ def _handler(side: KubemlSide, ps_url: list[str]) -> type[BaseHTTPRequestHandler
                 self._answer(400)
                 return
             with side.lock:
+                if side.unavailable_updates > 0:
+                    side.unavailable_updates -= 1
+                    side.refused_updates.append(state)
+                    self._answer(503)
+                    return
                 side.updates.append((job_id, state))
             channel.put(dict(state))
             self._answer(200)
@@ -294,6 +302,7 @@ def test_kubeml_controller_ps_and_job_run_unchanged_against_trainscaler(
     redis_url: str, redis_client: redis.Redis, procs: Procs, kubeml_ps: tuple[KubemlSide, str]
 ) -> None:
     side, ps_url = kubeml_ps
+    side.unavailable_updates = 2  # a parameter server briefly away: retried, answered once
     env = {
         **BASE_ENV,
         "TRAINSCALER_REDIS_URL": redis_url,
@@ -359,6 +368,8 @@ def test_kubeml_controller_ps_and_job_run_unchanged_against_trainscaler(
             (job_id, {"parallelism": p, "elapsed_time": t})
             for p, t in zip(expected[1:], EPOCH_TIMES[:-1], strict=True)
         ]
+        # The two 503s were the first epoch's answer, sent again until it was taken.
+        assert side.refused_updates == [side.updates[0][1]] * 2
 
         # /finish forgot the job: finished, no policy state, no queued work, no PS parallelism.
         key = f"{settings.kubeml_namespace}/{job_id}"

@@ -352,6 +352,8 @@ def create_kubeml_app(
             OperationalError: unavailable,
         },
     )
+    # gorilla/mux (no StrictSlash): "/train/" is another path, a 404, not a redirect.
+    app.router.redirect_slashes = False
     app.state.kubeml = KubemlContext(settings=settings, runtime=rt, producer=producer, http=client)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.api_max_body_bytes)
     app.add_middleware(RequestIdMiddleware, metrics=ApiMetrics(CollectorRegistry()))
