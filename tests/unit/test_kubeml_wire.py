@@ -90,6 +90,7 @@ def test_strings_replace_invalid_utf8_and_lone_surrogates() -> None:
         (b'{"batch_size": 1e2}', TRAIN_REQUEST),
         (b'{"batch_size": true}', TRAIN_REQUEST),
         (b'{"batch_size": 9223372036854775808}', TRAIN_REQUEST),
+        (b'{"batch_size": ' + b"9" * 5000 + b"}", TRAIN_REQUEST),
         (b'{"lr": 3.5e38}', TRAIN_REQUEST),
         (b'{"lr": "0.1"}', TRAIN_REQUEST),
         (b'{"lr": NaN}', TRAIN_REQUEST),
@@ -106,6 +107,14 @@ def test_strings_replace_invalid_utf8_and_lone_surrogates() -> None:
 def test_what_go_cannot_decode_is_an_error(body: bytes, go_type: Any) -> None:
     with pytest.raises(GoDecodeError):
         decode(body, go_type)
+
+
+def test_unknown_keys_are_skipped_unconverted() -> None:
+    # Go skips an unknown key's value: a number no Go type could hold is no error there.
+    body = b'{"unknown": ' + b"9" * 5000 + b', "batch_size": 2, "x": 1e999}'
+    assert decode(body, TRAIN_REQUEST)["batch_size"] == 2
+    with pytest.raises(GoDecodeError):
+        decode(b'{"model_id": "m", "data": [1e999]}', INFER_REQUEST)  # interface{}: float64
 
 
 def test_numbers_go_accepts() -> None:

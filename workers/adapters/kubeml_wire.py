@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -117,6 +118,14 @@ class _Pairs(list[tuple[str, Any]]):
     """A decoded JSON object, its (key, value) pairs in order (duplicates kept)."""
 
 
+class _IntLiteral(str):
+    """An integer literal, kept as text: Go converts a number only for a field it
+    decodes into (an unknown key's value is skipped, however long)."""
+
+    def number(self) -> Decimal:
+        return Decimal(self)
+
+
 def _reject_constant(name: str) -> Any:
     raise GoDecodeError(f"invalid character {name[0]!r} looking for beginning of value")
 
@@ -129,6 +138,7 @@ def decode(body: bytes, go_type: GoType) -> dict[str, Any]:
             text,
             object_pairs_hook=_Pairs,
             parse_float=Decimal,
+            parse_int=_IntLiteral,
             parse_constant=_reject_constant,
         )
     except json.JSONDecodeError as error:
@@ -146,7 +156,13 @@ def decode(body: bytes, go_type: GoType) -> dict[str, Any]:
 
 
 def _type_error(raw: Any, go_type: GoType, where: str) -> GoDecodeError:
-    kinds = {list: "array", str: "string", bool: "bool", int: "number", Decimal: "number"}
+    kinds = {
+        list: "array",
+        str: "string",
+        bool: "bool",
+        _IntLiteral: "number",
+        Decimal: "number",
+    }
     found = "object" if _is_object(raw) else kinds.get(type(raw), "value")
     target = go_type.name or go_type.kind
     return GoDecodeError(f"json: cannot unmarshal {found} into Go value {where} of type {target}")
@@ -182,31 +198,30 @@ def _into(raw: Any, go_type: GoType, current: Any, *, where: str) -> Any:
     if kind == "any":
         return _plain(raw)
     if kind == "string":
-        if not isinstance(raw, str):
+        if type(raw) is not str:
             raise _type_error(raw, go_type, where)
         return _SURROGATE.sub("\ufffd", raw)
     if kind == "bool":
         if not isinstance(raw, bool):
             raise _type_error(raw, go_type, where)
         return raw
-    if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
+    if not isinstance(raw, _IntLiteral | Decimal):
         raise _type_error(raw, go_type, where)
     if kind == "int":
         # strconv.ParseInt: integer literals only (no "1.0", no "1e2"), 64 bits.
-        if not isinstance(raw, int) or not INT64_MIN <= raw <= INT64_MAX:
-            raise GoDecodeError(
-                f"json: cannot unmarshal number {raw} into Go value {where} of type int"
-            )
-        return raw
-    try:
-        number = float(raw)
-    except OverflowError:
-        number = float("inf")
-    limit = FLOAT32_MAX if kind == "float32" else float("inf")
-    if abs(number) > limit or number in (float("inf"), float("-inf")):
-        raise GoDecodeError(
-            f"json: cannot unmarshal number {raw} into Go value {where} of type {kind}"
-        )
+        value = raw.number() if isinstance(raw, _IntLiteral) else None
+        if value is None or not INT64_MIN <= value <= INT64_MAX:
+            raise GoDecodeError(f"json: cannot unmarshal number into Go value {where} of type int")
+        return int(value)
+    return _float(raw, kind, where)
+
+
+def _float(raw: _IntLiteral | Decimal, kind: str, where: str) -> float:
+    """strconv.ParseFloat at 32 or 64 bits: a value past the largest finite one is an error."""
+    number = float(raw.number() if isinstance(raw, _IntLiteral) else raw)
+    limit = FLOAT32_MAX if kind == "float32" else sys.float_info.max
+    if not abs(number) <= limit:
+        raise GoDecodeError(f"json: cannot unmarshal number into Go value {where} of type {kind}")
     return number
 
 
@@ -224,8 +239,8 @@ def _plain(raw: Any) -> Any:
         return {key: _plain(value) for key, value in raw}
     if isinstance(raw, list):
         return [_plain(item) for item in raw]
-    if isinstance(raw, Decimal | int) and not isinstance(raw, bool):
-        return float(raw)
+    if isinstance(raw, _IntLiteral | Decimal):
+        return _float(raw, "float64", "interface {}")
     if isinstance(raw, str):
         return _SURROGATE.sub("\ufffd", raw)
     return raw
