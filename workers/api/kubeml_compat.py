@@ -207,22 +207,24 @@ async def report(request: Request) -> Response:
     if parallelism == 0:
         # Go zero: not sent. The job runs with what was decided last.
         parallelism = cursor.last_target or record.request.options.default_parallelism
+    # KubeML's job sends one report per epoch and waits for the answer, so its
+    # epoch is the newest decided one plus one: a redelivered report is then
+    # recognised and decided once.
+    epoch = (cursor.last_epoch or 0) + 1
     try:
         # The request recorded at /train is the job's; the one in the body is KubeML's copy.
         task = TrainTask(
             job_id=job_id,
             parameters=record.request,
-            state=TaskState(parallelism=parallelism, elapsed_time=state["elapsed_time"] or None),
+            state=TaskState(
+                parallelism=parallelism,
+                elapsed_time=state["elapsed_time"] or None,
+                epoch=epoch,
+            ),
         )
     except ValidationError as error:
         return go_error(f"Invalid train task: {validation_message(error)}")
-    # KubeML's job sends one report per epoch and waits for the answer, so the
-    # next epoch is the newest decided one plus one: a redelivered report is
-    # then recognised and decided once.
-    epoch = (cursor.last_epoch or 0) + 1
-    epoch_report = report_from_task(task, at=rt.clock.now()).model_copy(
-        update={"epoch": epoch, "total_epochs": record.request.epochs}
-    )
+    epoch_report = report_from_task(task, at=rt.clock.now())
     await run_in_threadpool(ctx.producer.report, epoch_report)
     return go_ok()
 
