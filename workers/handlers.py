@@ -124,6 +124,9 @@ def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
         return None if empty else str(state.model_dump_json())
 
     rt.store.forget_job_policy(job, policy, forgotten)
+    scaler_forget = getattr(rt.scaler, "forget", None)
+    if callable(scaler_forget):
+        scaler_forget(job)  # parameter-server mode: its accepted parallelism too
     removed = rt.queue.remove(job)
     if record is not None:
         rt.store.save_job(record.model_copy(update={"finished_at": rt.clock.now()}))

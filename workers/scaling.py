@@ -51,6 +51,9 @@ class ScaleCommand(BaseModel):
     policy: str | None = None
     # Retries so far (exponential backoff with jitter between them).
     attempt: int = Field(default=0, ge=0)
+    # The epoch time of the report decided on (KubeML's JobState.elapsed_time,
+    # echoed to a parameter server); None for decisions not made on a report.
+    epoch_time_s: float | None = None
 
     def reason_text(self) -> str:
         return f"gen {self.generation} {self.reason.rule}: {self.reason.message}"
@@ -67,7 +70,9 @@ SendScales = Callable[[list[ScaleCommand]], None]
 SCALE_BATCH = 50
 
 
-def command_for(record: DecisionRecord, *, policy: str | None = None) -> ScaleCommand:
+def command_for(
+    record: DecisionRecord, *, policy: str | None = None, epoch_time_s: float | None = None
+) -> ScaleCommand:
     decision = record.decision
     return ScaleCommand(
         job=decision.job,
@@ -76,6 +81,7 @@ def command_for(record: DecisionRecord, *, policy: str | None = None) -> ScaleCo
         reason=decision.reason,
         source=record.source,
         policy=policy,
+        epoch_time_s=epoch_time_s,
     )
 
 
@@ -103,6 +109,22 @@ class RoutingScaler(Protocol):
     and can look up a batch's routes in one read."""
 
     def routed(self, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]: ...
+
+
+@runtime_checkable
+class EpochAnsweringScaler(Protocol):
+    """A scaler whose jobs wait for an answer to every report (KubeML's parameter
+    server): each decision (generation) is sent, even one that keeps the count."""
+
+    def answer_epoch(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        generation: int,
+        elapsed_time: float | None,
+        reason: str,
+    ) -> int: ...
 
 
 def _scalers(rt: Runtime, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]:
@@ -188,18 +210,29 @@ def _apply_locked(
         return f"already applied (generation {applied.generation})", None
     current = scaler.current_replicas(command.job)
     rt.faults.pause("scaler_call", command.job)  # test-only: kill -9 before the write
-    # Called even when the target is already in force: a retry after a write that
-    # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
-    # PUT did not) must still repair what the scaler records. The port makes a
-    # call with the count in force a confirmation, not a second change.
-    scaler.scale(
-        command.job,
-        command.target,
-        reason=command.reason_text(),
-        policy=command.policy,
-        rule=command.reason.rule,
-        limited_by=command.limited_by(),
-    )
+    if isinstance(scaler, EpochAnsweringScaler):
+        # Reached once per new generation (the checks above): KubeML's job gets
+        # exactly one answer per report, also when its parallelism stays.
+        scaler.answer_epoch(
+            command.job,
+            command.target,
+            generation=command.generation,
+            elapsed_time=command.epoch_time_s,
+            reason=command.reason_text(),
+        )
+    else:
+        # Called even when the target is already in force: a retry after a write that
+        # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
+        # PUT did not) must still repair what the scaler records. The port makes a
+        # call with the count in force a confirmation, not a second change.
+        scaler.scale(
+            command.job,
+            command.target,
+            reason=command.reason_text(),
+            policy=command.policy,
+            rule=command.reason.rule,
+            limited_by=command.limited_by(),
+        )
     rt.faults.pause("scaler_called", command.job)  # test-only: ... and after it
     if current == command.target:
         outcome = "already at target"

@@ -7,10 +7,12 @@ compare-and-set per job), sends the chunk's scale commands, then acks.
 
 Only jobs a per-job policy drives are decided here: those submitted through
 ``submit`` (their record names a policy other than the cluster policy), and
-report-only jobs the cluster planner does not know. An ElasticJob the cluster
-policy manages (one with a cluster-policy record, one without a record that
-the newest plan saw, or one the cluster reader lists under the cluster
-policy) has its reports kept (newest report, for ``GET /jobs/{id}``) and
+report-only jobs the cluster planner does not know. A job in KubeML
+parameter-server mode (its request names a ``ps_url``) gets a scale command
+for every decided report, keep included: its train job waits for the answer.
+An ElasticJob the cluster policy manages (one with a cluster-policy record,
+one without a record that the newest plan saw, or one the cluster reader
+lists under the cluster policy) has its reports kept (newest report, for ``GET /jobs/{id}``) and
 handed, exactly once and in epoch order, to the cluster policy's inbox for
 its next round: ``autoscale`` owns its target, and a per-report decision
 would fight it.
@@ -102,7 +104,10 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
                 if outcome.record is not None:
                     decided.append((outcome.policy, outcome.record.decision.direction))
             if outcome.changed and outcome.record is not None:
-                commands.append(command_for(outcome.record, policy=outcome.policy))
+                epoch_time = outcome.newest_report.epoch_time_s if outcome.newest_report else None
+                commands.append(
+                    command_for(outcome.record, policy=outcome.policy, epoch_time_s=epoch_time)
+                )
             elif outcome.kind == "nothing_new":
                 unsent = _unappliedcommand_for(rt, delivery.item_id)
                 if unsent is not None:
@@ -130,6 +135,9 @@ class _Context:
     skip: bool
     # Reports are kept but no policy runs: the cluster policy owns this job's target.
     report_only: bool = False
+    # KubeML parameter-server mode: the job blocks after each epoch until its
+    # parameter server gets an answer, so every decided report is sent, keep included.
+    answers_every_report: bool = False
 
 
 def _schedule_chunk(
@@ -214,6 +222,9 @@ def _context(
         # A submission whose job is gone or finished has nothing left to admit.
         skip=admission and (record is None or record.finished_at is not None),
         report_only=report_only and not admission,
+        answers_every_report=record is not None
+        and record.request is not None
+        and bool(record.request.ps_url),
     )
 
 
@@ -292,7 +303,11 @@ def _compute(
         outcome.released = previous - decision.target
     if context.admission and elastic is not None and decision.target < max(elastic.min_replicas, 1):
         return _undo(rt, outcome, kind="no_room")
-    outcome.changed = decision.target != previous or cursor.last_target is None
+    outcome.changed = (
+        decision.target != previous
+        or cursor.last_target is None
+        or (context.answers_every_report and not context.admission)
+    )
     outcome.record = DecisionRecord(
         generation=generation + 1 if outcome.changed else generation,
         at=now,
@@ -423,4 +438,7 @@ def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:
         policy = rt.settings.cluster_policy
     else:
         policy = record.policy if record is not None else rt.settings.job_policy
-    return command_for(newest, policy=policy)
+    report = rt.store.last_report(job) if newest.source == "schedule" else None
+    return command_for(
+        newest, policy=policy, epoch_time_s=report.epoch_time_s if report is not None else None
+    )

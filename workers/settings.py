@@ -113,6 +113,21 @@ class Settings(BaseSettings):
     # "user:password" for Flower's basic auth (``trainscaler flower``, the embedded run).
     flower_basic_auth: str | None = None
 
+    # --- KubeML-compatible listener (``trainscaler kubeml-api``; docs/api.md) ---
+    # KubeML's scheduler-wide psUrl (``scheduler.Start(logger, port, psUrl)``): the
+    # parameter server of every job submitted through the KubeML listener.
+    ps_url: str | None = None
+    # KubeML sends no token: the listener starts only when this is set, and the
+    # shipped manifests put it behind a NetworkPolicy (deploy/kubeml-api.yaml).
+    kubeml_api_enabled: bool = False
+    # KubeML has no namespaces or replica bounds: what its jobs get here.
+    kubeml_namespace: str = Field(default="kubeml", min_length=1, max_length=63)
+    kubeml_max_parallelism: int = Field(default=16, ge=1)
+    # KubeML's scheduler /infer calls the Fission router's function directly.
+    kubeml_router_url: str = "http://router.fission"
+    kubeml_infer_function: str = "network"
+    kubeml_infer_timeout: float = Field(default=60.0, gt=0)
+
     # --- Logging ---
     # "json": one JSON object per line (deployments); "text": readable lines (terminal).
     log_format: Literal["text", "json"] = "text"

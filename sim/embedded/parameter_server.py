@@ -1,9 +1,9 @@
 """A stand-in for KubeML's parameter server: where scaling decisions of API jobs land.
 
 A train request submitted with ``ps_url`` pointing here is scaled by telling
-this server: the first decision (``CreateTask``) and later ones
-(``UpdateTask``) arrive as POSTed ``TrainTask`` JSON (job id, parallelism,
-parameters). Any POST path is accepted (KubeML's ``/start`` and
+this server: the first decision (``CreateTask``) arrives as KubeML's
+``TrainTask`` JSON on ``/start`` (``job.id``, ``job.state.parallelism``), later
+ones (``UpdateTask``) as a ``JobState`` on ``/update/{id}``. Any POST path is accepted (KubeML's ``/start`` and
 ``/update/{taskId}`` alike); the newest parallelism per job id is kept for the
 simulated job to pick up. Loopback only, port chosen by the kernel.
 """
@@ -60,7 +60,13 @@ def _handler(board: ParallelismBoard) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._answer(400, {"error": "body is not JSON"})
                 return
-            job_id = find_str(task, "job_id", "jobId") or self.path.rstrip("/").rpartition("/")[2]
+            # KubeML's /start carries a TrainTask ({"job": {"id": ...}}); its
+            # /update/{id} a bare JobState, the id in the path.
+            job_id = (
+                find_str(task.get("job") if isinstance(task, dict) else None, "id")
+                or find_str(task, "job_id", "jobId")
+                or self.path.rstrip("/").rpartition("/")[2]
+            )
             parallelism = find_int(task, "parallelism")
             if not job_id or parallelism is None or parallelism < 0:
                 self._answer(422, {"error": "expected a TrainTask with job_id and parallelism"})

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from tests.integration.conftest import BASE_ENV, Procs, settings_for
 from workers.adapters.redis_server import EmbeddedRedis
@@ -34,7 +34,7 @@ TOKEN = "test-token-7f3a"
 class ServedApi:
     """One uvicorn server of ``app`` on a free loopback port, in a thread."""
 
-    def __init__(self, app: FastAPI, *, start_timeout: float = 15.0) -> None:
+    def __init__(self, app: Starlette, *, start_timeout: float = 15.0) -> None:
         self.app = app
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -119,15 +119,57 @@ def test_first_decision_starts_the_task_later_ones_update_it(redis_client, ps) -
     assert scaler.scale(job, 3, reason="gen 1 throughput.start: first contact") == 3
     assert scaler.current_replicas(job) == 3
     assert scaler.scale(job, 5, reason="gen 2 throughput.up: faster") == 5
+    assert scaler.scale(job, 5, reason="gen 3 confirm") == 5  # in force: nothing sent
     start, update = server.calls
     assert start.path == "/ps/start" and update.path == "/ps/update/job-1"
-    assert start.body["job_id"] == "job-1"
-    assert start.body["parameters"]["model_type"] == "lenet"
-    assert start.body["parameters"]["ps_url"] == url
-    assert start.body["state"]["parallelism"] == 3
-    assert update.body["state"]["parallelism"] == 5
-    assert start.headers["Idempotency-Key"] == f"{job}:CREATE_TASK:3"
+    # KubeML's TrainTask (ml/pkg/api/types.go) under its JSON names, nothing else.
+    assert start.body == {
+        "request": {
+            "model_type": "lenet",
+            "batch_size": 64,
+            "epochs": 5,
+            "dataset": "mnist",
+            "lr": 0.01,
+            "function_name": "",
+            "options": {
+                "default_parallelism": 1,
+                "static_parallelism": False,
+                "validate_every": 0,
+                "k": -1,
+                "goal_accuracy": 100.0,
+            },
+        },
+        "job": {"id": "job-1", "state": {"parallelism": 3, "elapsed_time": 0.0}},
+    }
+    # KubeML's ps client posts only the JobState to /update/{id}.
+    assert update.body == {"parallelism": 5, "elapsed_time": 0.0}
+    assert start.headers["Idempotency-Key"] == f"{job}:3:CREATE_TASK"
     assert update.headers["X-Trainscaler-Reason"] == "gen 2 throughput.up: faster"
+    scaler.close()
+
+
+def test_every_epoch_answer_is_sent_even_when_the_parallelism_stays(redis_client, ps) -> None:
+    server, url = ps
+    store = StateStore(redis_client, prefix=PREFIX)
+    job = _record(store, "job-keep", url)
+    scaler = ParameterServerScaler(store, timeout=2.0)
+    scaler.answer_epoch(job, 2, generation=1, elapsed_time=None, reason="create")
+    scaler.answer_epoch(job, 2, generation=2, elapsed_time=41.5, reason="keep")
+    scaler.answer_epoch(job, 2, generation=3, elapsed_time=40.0, reason="clamped")
+    assert [(c.path, c.body) for c in server.calls] == [
+        ("/ps/start", {**server.calls[0].body}),
+        ("/ps/update/job-keep", {"parallelism": 2, "elapsed_time": 41.5}),
+        ("/ps/update/job-keep", {"parallelism": 2, "elapsed_time": 40.0}),
+    ]
+    assert server.calls[0].body["job"] == {
+        "id": "job-keep",
+        "state": {"parallelism": 2, "elapsed_time": 0.0},
+    }
+    assert [c.headers["Idempotency-Key"] for c in server.calls] == [
+        f"{job}:gen1:CREATE_TASK",
+        f"{job}:gen2:UPDATE_TASK",
+        f"{job}:gen3:UPDATE_TASK",
+    ]
     scaler.close()
 
 
@@ -255,7 +297,9 @@ def test_a_mixed_batch_reaches_each_jobs_scaler(redis_client, redis_url, ps) -> 
         redis_client.set(rt.store.job_key(job, "generation"), 1)
     results = apply_scales(rt, [_command(ps_job, 2, 1), _command(kube_job, 3, 1)])
     assert [r.outcome for r in results] == ["scaled 0 -> 2", "scaled 0 -> 3"]
-    assert [(c.path, c.body["state"]["parallelism"]) for c in server.calls] == [("/ps/start", 2)]
+    assert [(c.path, c.body["job"]["state"]["parallelism"]) for c in server.calls] == [
+        ("/ps/start", 2)
+    ]
     recorded = RecordingScaler(
         redis_client, prefix=PREFIX, clock=SystemClock(), faults=rt.faults
     ).all_replicas()
@@ -283,12 +327,17 @@ def test_the_runtime_scale_path_is_idempotent_for_ps_jobs(redis_client, redis_ur
     assert apply_scale(rt, _command(job, 3, 2)) == "scaled 0 -> 3"
     assert apply_scale(rt, _command(job, 3, 2)) == "already applied (generation 2)"
     redis_client.set(rt.store.job_key(job, "generation"), 3)
+    # A new generation at the same parallelism is still one answer (a keep epoch).
     assert apply_scale(rt, _command(job, 3, 3)) == "already at target"
+    assert apply_scale(rt, _command(job, 3, 3)) == "already applied (generation 3)"
     redis_client.set(rt.store.job_key(job, "generation"), 4)
     assert apply_scale(rt, _command(job, 6, 4)) == "scaled 3 -> 6"
-    assert [(c.path, c.body["state"]["parallelism"]) for c in server.calls] == [
-        ("/ps/start", 3),
-        ("/ps/update/idem", 6),
+    assert [(c.path, c.body["job"]["state"]["parallelism"]) for c in server.calls[:1]] == [
+        ("/ps/start", 3)
+    ]
+    assert [(c.path, c.body) for c in server.calls[1:]] == [
+        ("/ps/update/idem", {"parallelism": 3, "elapsed_time": 0.0}),
+        ("/ps/update/idem", {"parallelism": 6, "elapsed_time": 0.0}),
     ]
 
 
@@ -311,8 +360,8 @@ def test_celery_scale_retries_a_failing_parameter_server(procs, client_app, ps) 
     assert [c.status for c in server.calls] == [503, 503, 200]
     (start,) = started
     assert start.path == "/ps/start"
-    assert start.body["job_id"] == result["job"].split("/", 1)[1]
-    assert start.body["state"]["parallelism"] >= 1
+    assert start.body["job"]["id"] == result["job"].split("/", 1)[1]
+    assert start.body["job"]["state"]["parallelism"] >= 1
     time.sleep(0.5)  # nothing else arrives: the retried scale applied exactly once
     assert len(server.succeeded()) == 1
 

@@ -437,3 +437,105 @@ def test_the_packing_scheduler_profile_scores_most_allocated_gpus_first() -> Non
     assert strategy["type"] == "MostAllocated"
     weights = {r["name"]: r["weight"] for r in strategy["resources"]}
     assert weights["nvidia.com/gpu"] > max(weights["cpu"], weights["memory"])
+
+
+# --- the KubeML listener ---------------------------------------------------------------------
+
+KUBEML_NAMESPACE = {"kubernetes.io/metadata.name": "kubeml"}
+
+
+def _opens_the_kubeml_listener(workload: dict[str, Any]) -> bool:
+    spec = container(workload)
+    env = {e["name"]: e.get("value") for e in spec.get("env", [])}
+    return "kubeml-api" in spec.get("command", []) or env.get("TRAINSCALER_KUBEML_API_ENABLED") in (
+        "true",
+        "1",
+    )
+
+
+def _ingress_policies_of(labels: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in all_documents()
+        if d["kind"] == "NetworkPolicy"
+        and "Ingress" in d["spec"]["policyTypes"]
+        and from_label_selector(d["spec"]["podSelector"]).matches(labels)
+    ]
+
+
+def _admits(
+    policies: list[dict[str, Any]], pod: dict[str, str], namespace: dict[str, str], port: int
+) -> bool:
+    """NetworkPolicy semantics for one peer: namespaceSelector AND podSelector in one
+    element; a policy-less port list admits every port."""
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            ports = [p["port"] for p in rule.get("ports", [])]
+            if ports and port not in ports:
+                continue
+            for peer in rule.get("from", []):
+                if "ipBlock" in peer:
+                    return True
+                # Without a namespaceSelector a peer means the policy's own namespace.
+                in_namespace = (
+                    from_label_selector(peer["namespaceSelector"]).matches(namespace)
+                    if "namespaceSelector" in peer
+                    else namespace.get("kubernetes.io/metadata.name") == "trainscaler"
+                )
+                pod_ok = "podSelector" not in peer or from_label_selector(
+                    peer["podSelector"]
+                ).matches(pod)
+                if in_namespace and pod_ok:
+                    return True
+    return False
+
+
+def test_the_kubeml_listener_is_its_own_deployment_service_and_port() -> None:
+    listener = find("Deployment", "trainscaler-kubeml-api")
+    main = container(listener)
+    assert main["command"][:2] == ["trainscaler", "kubeml-api"]
+    assert [p["containerPort"] for p in main["ports"]] == [10200]
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["TRAINSCALER_KUBEML_API_ENABLED"] == "true"
+    assert env["TRAINSCALER_PS_URL"].startswith("http://")
+    service = find("Service", "trainscaler-kubeml")
+    selector = from_label_selector({"matchLabels": service["spec"]["selector"]})
+    assert selector.matches(pod_labels(listener))
+    assert not selector.matches(pod_labels(find("Deployment", "trainscaler-api")))
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(80, "kubeml")]
+    # The token API stays as it was: its own port, never the KubeML listener.
+    assert not _opens_the_kubeml_listener(find("Deployment", "trainscaler-api"))
+    settings = find("ConfigMap", "trainscaler-settings")["data"]
+    assert "TRAINSCALER_KUBEML_API_ENABLED" not in settings
+
+
+def test_no_shipped_kubeml_listener_is_open_without_its_network_policy() -> None:
+    listeners = [
+        d for d in all_documents() if d["kind"] == "Deployment" and _opens_the_kubeml_listener(d)
+    ]
+    assert [d["metadata"]["name"] for d in listeners] == ["trainscaler-kubeml-api"]
+    kubeml_ns = KUBEML_NAMESPACE
+    other_ns = {"kubernetes.io/metadata.name": "default"}
+    own_ns = {"kubernetes.io/metadata.name": "trainscaler"}
+    for workload in listeners:
+        policies = _ingress_policies_of(pod_labels(workload))
+        assert policies, f"{workload['metadata']['name']} has no ingress NetworkPolicy"
+        for svc in ("controller", "parameter-server", "job"):
+            assert _admits(policies, {"svc": svc}, kubeml_ns, 10200), svc
+        # Not another port, not other KubeML-namespace pods, not other namespaces.
+        assert not _admits(policies, {"svc": "controller"}, kubeml_ns, 8000)
+        assert not _admits(policies, {"svc": "storage"}, kubeml_ns, 10200)
+        assert not _admits(policies, {"app": "anything"}, kubeml_ns, 10200)
+        assert not _admits(policies, {"svc": "controller"}, other_ns, 10200)
+        for name in ("worker", "beat", "flower", "api"):
+            labels = pod_labels(find("Deployment", f"trainscaler-{name}"))
+            assert not _admits(policies, labels, own_ns, 10200), name
+
+
+def test_the_kubeml_listener_reaches_redis() -> None:
+    labels = pod_labels(find("Deployment", "trainscaler-kubeml-api"))
+    redis_pods = pod_labels(find("StatefulSet", "trainscaler-redis"))
+    policies = _ingress_policies_of(redis_pods)
+    own_ns = {"kubernetes.io/metadata.name": "trainscaler"}
+    assert _admits(policies, labels, own_ns, 6379)
+    assert not _admits(policies, {"svc": "controller"}, KUBEML_NAMESPACE, 6379)

@@ -4,9 +4,15 @@ A job submitted with a parameter-server URL (``TrainRequest.ps_url``, KubeML's
 ``psUrl``) runs its workers under that server, not under a Kubernetes
 workload. ``ParameterServerScaler`` is the ``ReplicaScaler`` for such jobs:
 
-* the first decision (KubeML ``CreateTask``) is POSTed to ``<ps_url>/start``,
-  later ones (``UpdateTask``) to ``<ps_url>/update/<job_id>``, each with the
-  job's ``TrainTask`` as JSON (job id, parameters, ``state.parallelism``);
+* it speaks KubeML's wire format (``ml/pkg/ps/client/client.go``): the first
+  decision (``CreateTask``) POSTs KubeML's ``TrainTask``
+  (``{"request": {...}, "job": {"id", "state": {"parallelism", "elapsed_time"}}}``)
+  to ``<ps_url>/start``, later ones (``UpdateTask``) POST the ``JobState``
+  (``{"parallelism", "elapsed_time"}``) to ``<ps_url>/update/<job_id>``;
+* ``answer_epoch`` is the runtime's call for every decided report of such a
+  job, keep and clamped epochs included: a KubeML train job blocks until its
+  ``/update`` arrives, so each report gets exactly one answer (one generation);
+  ``scale`` (the port) only confirms a count already in force;
 * the parallelism the server accepted is kept in Redis (``P ps:replicas``
   HASH job -> replicas), which is what ``current_replicas`` reads, so the
   runtime's idempotent ``scale`` path (generation check, "already at target")
@@ -28,8 +34,9 @@ from urllib.parse import quote, urlsplit
 import httpx
 import redis
 
-from scheduler_core.models import TaskOperation, TaskState, TrainRequest, TrainTask
+from scheduler_core.models import TaskOperation, TrainRequest
 from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
+from workers.adapters.kubeml_wire import job_state_json, train_task_json
 from workers.adapters.state_store import JobRecord, StateStore
 
 log = logging.getLogger(__name__)
@@ -85,32 +92,48 @@ class ParameterServerScaler:
         limited_by: str | None = None,
     ) -> int:
         # policy/rule/limited_by: a parameter server has no status to put them in.
-        record, request, url = _checked_target(job, self._store.get_job(job))
-        if replicas < 1:
-            # KubeML: a task's parallelism is at least one worker.
-            raise PermanentScaleError(f"{job}: a parameter-server job needs parallelism >= 1")
+        _checked_target(job, self._store.get_job(job), replicas)
         if self.current_replicas(job) == replicas:
             # The port: the count in force is only confirmed; nothing to tell the server.
             return replicas
+        return self._send(job, replicas, key=f"{job}:{replicas}", elapsed_time=None, reason=reason)
+
+    def answer_epoch(
+        self,
+        job: str,
+        replicas: int,
+        *,
+        generation: int,
+        elapsed_time: float | None,
+        reason: str,
+    ) -> int:
+        """One decision of the runtime (``generation``) for this job, sent even when
+        the parallelism stays: KubeML's train job waits for it after every epoch."""
+        return self._send(
+            job, replicas, key=f"{job}:gen{generation}", elapsed_time=elapsed_time, reason=reason
+        )
+
+    def _send(
+        self, job: str, replicas: int, *, key: str, elapsed_time: float | None, reason: str
+    ) -> int:
+        record, request, url = _checked_target(job, self._store.get_job(job), replicas)
         started = bool(self._store.redis.hexists(self.replicas_key, job))
         operation = TaskOperation.UPDATE_TASK if started else TaskOperation.CREATE_TASK
-        task = TrainTask(
-            job_id=record.job_id,
-            parameters=request,
-            state=TaskState(parallelism=replicas),
-        )
-        endpoint = (
-            f"{url}/start"
-            if operation == TaskOperation.CREATE_TASK
-            else f"{url}/update/{quote(record.job_id, safe='')}"
-        )
+        if operation == TaskOperation.CREATE_TASK:
+            endpoint = f"{url}/start"
+            body = train_task_json(
+                request, job_id=record.job_id, parallelism=replicas, elapsed_time=elapsed_time
+            )
+        else:
+            endpoint = f"{url}/update/{quote(record.job_id, safe='')}"
+            body = job_state_json(parallelism=replicas, elapsed_time=elapsed_time)
         headers = {
-            # The server may see a retried call twice; this names the operation.
-            "Idempotency-Key": f"{job}:{operation.name}:{replicas}",
+            # The server may see a retried call twice; this names the decision.
+            "Idempotency-Key": f"{key}:{operation.name}",
             "X-Trainscaler-Reason": _ascii(reason),
         }
         try:
-            response = self._http.post(endpoint, json=task.model_dump(mode="json"), headers=headers)
+            response = self._http.post(endpoint, json=body, headers=headers)
         except httpx.TimeoutException as error:
             raise TransientScaleError(f"{job}: {endpoint} timed out: {error}") from error
         except httpx.HTTPError as error:
@@ -140,7 +163,9 @@ def _ps_url(record: JobRecord | None) -> str | None:
     return record.request.ps_url or None
 
 
-def _checked_target(job: str, record: JobRecord | None) -> tuple[JobRecord, TrainRequest, str]:
+def _checked_target(
+    job: str, record: JobRecord | None, replicas: int
+) -> tuple[JobRecord, TrainRequest, str]:
     """The job's record, its request and its parameter server's base URL."""
     request = record.request if record is not None else None
     if record is None or request is None or not request.ps_url:
@@ -149,6 +174,9 @@ def _checked_target(job: str, record: JobRecord | None) -> tuple[JobRecord, Trai
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise PermanentScaleError(f"{job}: ps_url {url!r} is not an http(s) URL")
+    if replicas < 1:
+        # KubeML: a task's parallelism is at least one worker (its PS rejects zero).
+        raise PermanentScaleError(f"{job}: a parameter-server job needs parallelism >= 1")
     return record, request, url
 
 
@@ -188,6 +216,10 @@ class ParameterServerRouter:
 
     def current_replicas(self, job: str) -> int:
         return self._target(job).current_replicas(job)
+
+    def forget(self, job: str) -> None:
+        """KubeML ``taskFinished``: the job's parameter-server parallelism is dropped."""
+        self.parameter_servers.forget(job)
 
     def scale(
         self,
