@@ -15,7 +15,7 @@ from workers.api.auth import require_token
 from workers.api.context import ApiContext, context
 from workers.api.schemas import JobDetail, JobSummary, PlanPreview, QueueView
 from workers.api.text_checks import require_utf8
-from workers.api.views import job_detail, list_jobs, preview_plan, queue_view, resolve_job
+from workers.api.views import find_job, job_detail, list_jobs, preview_plan, queue_view
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def _policy(name: str) -> str:
 
 @router.get("/jobs")
 async def jobs(ctx: Ctx) -> list[JobSummary]:
-    """Every job the runtime knows, with replicas, fulfillment and the newest reason."""
-    return await run_in_threadpool(list_jobs, ctx.runtime.store)
+    """Every job: recorded ones and the cluster's ElasticJobs, with state and newest reason."""
+    return await run_in_threadpool(list_jobs, ctx.runtime)
 
 
 @router.get("/jobs/{job_id:path}", responses={404: {"description": "unknown job"}})
@@ -45,11 +45,11 @@ async def job(
 ) -> JobDetail:
     """One job: replicas, fulfillment, recent epoch times and throughput, decisions with reasons."""
     require_utf8(path=job_id, query=namespace)
-    store = ctx.runtime.store
-    key = await run_in_threadpool(lambda: resolve_job(store, job_id, namespace=namespace))
+    rt = ctx.runtime
+    key = await run_in_threadpool(lambda: find_job(rt, job_id, namespace=namespace))
     if key is None:
         raise HTTPException(status_code=404, detail=f"unknown job {job_id!r}")
-    return await run_in_threadpool(job_detail, store, key)
+    return await run_in_threadpool(job_detail, rt, key)
 
 
 @router.get("/plan")
