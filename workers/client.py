@@ -52,6 +52,15 @@ def submission_job_id(submission_id: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"trainscaler:{submission_id}").hex[:12]
 
 
+def new_submission_id() -> str:
+    return uuid.uuid4().hex
+
+
+def submission_key(request: TrainRequest, submission_id: str) -> str:
+    """The job key a submission gets: ``namespace/<submission_job_id>``."""
+    return job_key(request.namespace, submission_job_id(submission_id))
+
+
 def task_job_key(task: TrainTask) -> str:
     """The runtime's job key for a KubeML train task: ``namespace/job_id``.
 
@@ -115,10 +124,14 @@ class CeleryClient:
         )
         return str(result.id)
 
-    def submit(self, request: TrainRequest) -> tuple[str, str]:
-        """Queue a train request; returns ``(task id, job key)``."""
-        task_id = uuid.uuid4().hex
-        job = job_key(request.namespace, submission_job_id(task_id))
+    def submit(self, request: TrainRequest, *, task_id: str | None = None) -> tuple[str, str]:
+        """Queue a train request; returns ``(task id, job key)``.
+
+        ``task_id`` (a new one when None) fixes the job key in advance:
+        ``submission_key``.
+        """
+        task_id = task_id or new_submission_id()
+        job = submission_key(request, task_id)
         self.send(SUBMIT, request.model_dump(mode="json"), task_id=task_id)
         return task_id, job
 

@@ -32,6 +32,7 @@ from workers.scaling import (
     free_after,
 )
 from workers.scheduling import ScheduleSummary, schedule_once
+from workers.targets import check_target
 from workers.wiring import Runtime
 
 SCHEDULE_FLAG = "schedule:triggered"
@@ -56,6 +57,9 @@ def owner_id() -> str:
 def accept_submission(rt: Runtime, payload: Any, *, submission_id: str) -> str:
     """KubeML ``CreateTask``: validate, assign an id, record the job, queue it to wait.
 
+    Raises ``ValidationError`` for a malformed payload and
+    ``workers.targets.NoTargetError`` for a request that could never be scaled.
+
     The id derives from the submission (task) id, so a redelivered submit
     records the same job instead of a second one.
     """
@@ -63,6 +67,8 @@ def accept_submission(rt: Runtime, payload: Any, *, submission_id: str) -> str:
     require_scope(rt, request.namespace, field="namespace")
     job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"trainscaler:{submission_id}").hex[:12]
     job = job_key(request.namespace, job_id)
+    # Refused here, with the reason, rather than dead-lettering every decision later.
+    check_target(request, job=job, scaler=rt.settings.scaler, reader=rt.cluster_reader)
     now = rt.clock.now()
     record = JobRecord(
         job=job, job_id=job_id, policy=rt.settings.job_policy, request=request, created_at=now
@@ -83,6 +89,10 @@ def accept_report(rt: Runtime, payload: Any) -> tuple[EpochReport, bool]:
     """
     report = EpochReport.model_validate(payload)
     require_scope(rt, report.job.partition("/")[0], field="job")
+    # Numbered (when the sender gave no epoch) and kept in the job's history at once.
+    report = rt.store.numbered(report)
+    if report.epoch_time_s is not None:  # a first contact is no epoch
+        rt.store.append_metrics([report], keep=rt.settings.metrics_history)
     _, _, woke = rt.queue.push_and_wake(
         TRAIN,
         report.job,
@@ -114,6 +124,12 @@ def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
     record = rt.store.get_job(job)
     policy = record.policy if record is not None else rt.settings.job_policy
     forget = getattr(get_policy(policy), "forget", None)
+    if record is None:
+        # A job known only from its reports (an ElasticJob): recorded as finished too,
+        # under the policy its ElasticJob named, so the job views show it as finished.
+        record = JobRecord(
+            job=job, job_id=job.rsplit("/", 1)[-1], policy=_elastic_policy(rt, job) or policy
+        )
 
     def forgotten(raw: str | None) -> str | None:
         if raw is None or forget is None:
@@ -128,9 +144,15 @@ def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
     if callable(scaler_forget):
         scaler_forget(job)  # parameter-server mode: its accepted parallelism too
     removed = rt.queue.remove(job)
-    if record is not None:
-        rt.store.save_job(record.model_copy(update={"finished_at": rt.clock.now()}))
+    rt.store.save_job(record.model_copy(update={"finished_at": rt.clock.now()}))
     return {"job": job, "queue_entries_removed": removed}
+
+
+def _elastic_policy(rt: Runtime, job: str) -> str | None:
+    try:
+        return next((j.policy for j in rt.cluster_reader.elastic_jobs() if j.key == job), None)
+    except Exception:  # any adapter failure: the job policy names it instead
+        return None
 
 
 def sweep_leases(rt: Runtime) -> dict[str, Any]:

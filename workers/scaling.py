@@ -56,7 +56,8 @@ class ScaleCommand(BaseModel):
     epoch_time_s: float | None = None
 
     def reason_text(self) -> str:
-        return f"gen {self.generation} {self.reason.rule}: {self.reason.message}"
+        """The message with its generation; the rule travels on its own (``rule=``)."""
+        return f"{self.reason.message} (generation {self.generation})"
 
     def limited_by(self) -> str | None:
         """What limited the target, from the planner's reason numbers (None: nothing)."""

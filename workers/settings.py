@@ -1,24 +1,95 @@
 """The one place trainscaler reads its environment: ``TRAINSCALER_*`` variables.
 
 ``Settings()`` is built once per process (see ``get_settings``) and passed
-down; nothing else reads ``os.environ``.
+down; nothing else reads ``os.environ``. Sources, highest priority first:
+keyword arguments, ``TRAINSCALER_*`` variables, then the connection details a
+running embedded system left in its discovery file (``workers.discovery``;
+off with ``TRAINSCALER_DISCOVER=false``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from scheduler_core.identity import is_namespace
+from workers.discovery import discovered_settings, discovery_path
+
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def default_discovery_file() -> str:
+    """Where ``trainscaler run`` leaves its connection details for this user."""
+    return str(discovery_path(os.environ, home=Path.home()))
+
+
+class DiscoveredSource(PydanticBaseSettingsSource):
+    """Lowest priority: the running embedded system's connection settings.
+
+    Skipped when ``discover`` is false (given as a keyword or as
+    ``TRAINSCALER_DISCOVER``): ``trainscaler run`` and its children must never
+    pick up another run's system.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], init_kwargs: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._init_kwargs = init_kwargs
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ answers for all fields at once
+
+    def _enabled(self) -> bool:
+        if "discover" in self._init_kwargs:
+            return bool(self._init_kwargs["discover"])
+        return os.environ.get("TRAINSCALER_DISCOVER", "true").strip().lower() not in _FALSE
+
+    def __call__(self) -> dict[str, Any]:
+        if not self._enabled():
+            return {}
+        path = self._init_kwargs.get("discovery_file") or default_discovery_file()
+        return discovered_settings(Path(path))
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINSCALER_", extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        init_kwargs = getattr(init_settings, "init_kwargs", {})
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+            DiscoveredSource(settings_cls, init_kwargs),
+        )
+
+    # --- Discovery of a running embedded system (``trainscaler run``) ---
+    # Read its connection details (API URL and token, Redis URL, kubeconfig) when
+    # they are not set otherwise.
+    discover: bool = True
+    # Where ``run`` writes them and clients look (see ``workers.discovery``).
+    discovery_file: str = Field(default_factory=default_discovery_file)
 
     # --- Redis (broker, result backend, queue and state store) ---
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)

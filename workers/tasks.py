@@ -31,6 +31,7 @@ from workers.deadletters import validation_message
 from workers.observability.metrics import ScaleResult as ScaleResultLabel
 from workers.observability.metrics import scale_result
 from workers.settings import get_settings
+from workers.targets import NoTargetError
 from workers.wiring import Runtime
 
 # Redis itself away (a restart, a failover): the message goes back to its queue
@@ -77,12 +78,47 @@ class DeadLetteringTask(Task):  # type: ignore[misc]
             )
 
 
+def task_signature(function: Callable[..., Any]) -> inspect.Signature:
+    """A task's arguments as callers pass them (a bound task's ``self`` left out)."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.name != "self"]
+    return signature.replace(parameters=parameters)
+
+
+def call_form(name: str, function: Callable[..., Any]) -> str:
+    """``trainscaler.submit(payload)``: how docs/runtime.md writes a task's call."""
+    return f"{name}({', '.join(task_signature(function).parameters)})"
+
+
+def _dead_letter_wrong_arguments(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """A call with arguments the task does not take is dead-lettered, saying what it takes.
+
+    Without this Celery fails the task with a bare ``TypeError`` in the worker's
+    log (``celery call trainscaler.submit --kwargs '{"request": ...}'``).
+    """
+    expected = task_signature(function)
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        given = args[1:] if args and isinstance(args[0], Task) else args
+        try:
+            expected.bind(*given, **kwargs)
+        except TypeError as error:
+            text = f"wrong arguments: {error}; call it as {call_form(name, function)} (docs/runtime.md)"
+            return _reject(runtime(), name, {"args": list(given), "kwargs": kwargs}, text)
+        return function(*args, **kwargs)
+
+    return run
+
+
 def _task(**options: Any) -> Callable[[Callable[..., Any]], Task]:
-    """``app.task`` with a type (Celery's decorator is untyped), requeueing on Redis errors."""
+    """``app.task`` with a type (Celery's decorator is untyped), requeueing on Redis errors
+    and dead-lettering calls with wrong arguments."""
     decorator: Callable[[Callable[..., Any]], Task] = app.task(base=DeadLetteringTask, **options)
 
     def register(function: Callable[..., Any]) -> Task:
-        return decorator(_requeue_on_redis_errors(function))
+        checked = _dead_letter_wrong_arguments(str(options["name"]), function)
+        return decorator(_requeue_on_redis_errors(checked))
 
     return register
 
@@ -127,6 +163,8 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
         return _reject(rt, "trainscaler.submit", payload, validation_message(error))
     except handlers.OutOfScope as error:
         return _reject(rt, "trainscaler.submit", payload, str(error))
+    except NoTargetError as error:
+        return _reject(rt, "trainscaler.submit", payload, f"refused: {error}")
     except QueueFullError as error:
         return {"ok": False, "error": str(error)}
     _trigger_schedule(rt)

@@ -2,8 +2,8 @@
 
 ``POST /train`` submits a train request and returns its job id; ``POST /job``
 sends a running job's end-of-epoch ``TrainTask`` and returns the parallelism
-to use next when it is decided; ``GET /jobs/{id}`` and ``GET /queue`` feed the
-table and the run summary. Answers are read leniently (a few field spellings),
+to use next when it is decided; ``GET /jobs``, ``GET /plan`` and ``GET /queue``
+feed the table and the run summary. Answers are read leniently (a few field spellings),
 because the driver only needs a handful of numbers out of them.
 """
 
@@ -91,6 +91,16 @@ class TrainscalerApi:
 
     def job(self, job_id: str) -> Mapping[str, Any] | None:
         answer = self._call("GET", f"/jobs/{job_id}")
+        return answer if isinstance(answer, Mapping) else None
+
+    def jobs(self) -> list[Any]:
+        """``GET /jobs``: every job's summary."""
+        answer = self._call("GET", "/jobs")
+        return answer if isinstance(answer, list) else []
+
+    def plan(self) -> Mapping[str, Any] | None:
+        """``GET /plan``: the planner's dry run, with the cluster's resources."""
+        answer = self._call("GET", "/plan")
         return answer if isinstance(answer, Mapping) else None
 
     def queue(self) -> Mapping[str, Any]:

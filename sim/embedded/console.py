@@ -21,7 +21,7 @@ from rich.live import Live
 
 from sim.embedded.driver import JobDriver
 from sim.embedded.supervisor import Supervisor
-from sim.embedded.table import StatusPoller, change_lines, render_table
+from sim.embedded.table import JobsLayout, StatusPoller, change_lines, render_table
 
 Say = Callable[[str], None]
 _TICK_SECONDS = 0.5
@@ -89,6 +89,7 @@ class Watch:
     poller: StatusPoller | None
     urls: Mapping[str, str]
     began: float
+    layout: JobsLayout
     duration: float | None = None
 
 
@@ -116,13 +117,12 @@ def watch(
             exit_code = 1
         return w.stopper.event.wait(_TICK_SECONDS)
 
-    if table and w.driver is not None and w.poller is not None:
+    if table and w.poller is not None:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while True:
-                views = w.driver.views()
                 elapsed = monotonic() - w.began
                 live.update(
-                    render_table(views, status=w.poller.status(), urls=w.urls, elapsed_s=elapsed)
+                    render_table(w.poller.status(), layout=w.layout, urls=w.urls, elapsed_s=elapsed)
                 )
                 if tick():
                     break

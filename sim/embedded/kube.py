@@ -2,7 +2,7 @@
 
 Creates each simulated job's Deployment (one GPU per replica) and its
 ElasticJob pointing at it, reads how many replicas are ready (the simulated
-pods that train), and sums the cluster's GPU use for the table. The
+pods that train) and deletes finished jobs. The
 ElasticJob's group, version and plural come from the caller (the CLI takes
 them from the Kubernetes adapter's CRD), so they are written down once.
 """
@@ -15,8 +15,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-
-from scheduler_core.accounting import inquire
 
 POD_IMAGE = "registry.k8s.io/pause:3.9"
 APP_LABEL = "trainscaler.io/job"
@@ -32,13 +30,6 @@ class ElasticJobKind:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
-
-
-@dataclass(frozen=True)
-class GpuUse:
-    used: int
-    total: int
-    nodes: int
 
 
 def deployment_manifest(
@@ -158,22 +149,6 @@ class ClusterJobs:
         ready = int((deployment.status.ready_replicas if deployment.status else 0) or 0)
         return desired, ready
 
-    def last_decision(self, name: str) -> tuple[str, str] | None:
-        """(rule, reason) the scaler wrote to the ElasticJob's ``status.lastDecision``."""
-        resource = self._custom.get_namespaced_custom_object(
-            self._kind.group, self._kind.version, self.namespace, self._kind.plural, name
-        )
-        status = resource.get("status") if isinstance(resource, dict) else None
-        decision = status.get("lastDecision") if isinstance(status, dict) else None
-        if not isinstance(decision, dict):
-            return None
-        rule, reason = str(decision.get("rule") or ""), str(decision.get("reason") or "")
-        if not rule and reason.startswith("gen "):
-            # The runtime's reason text: "gen <generation> <rule>: <message>".
-            head, _, message = reason.partition(": ")
-            rule, reason = head.split(" ", 2)[-1], message
-        return (rule, reason) if rule or reason else None
-
     def delete_job(self, name: str) -> None:
         with _missing_ok():
             self._custom.delete_namespaced_custom_object(
@@ -181,14 +156,6 @@ class ClusterJobs:
             )
         with _missing_ok():
             self._apps.delete_namespaced_deployment(name, self.namespace)
-
-    def gpu_use(self) -> GpuUse:
-        """GPUs requested by live pods versus allocatable on ready nodes (EDL accounting)."""
-        serialize = self._api_client.sanitize_for_serialization
-        nodes = [serialize(n) for n in self._core.list_node().items]
-        pods = [serialize(p) for p in self._core.list_pod_for_all_namespaces().items]
-        cluster = inquire(nodes, pods, gpu_resource=self.gpu_resource)
-        return GpuUse(used=cluster.gpu_limit, total=cluster.gpu_total, nodes=cluster.node_count)
 
 
 @contextlib.contextmanager

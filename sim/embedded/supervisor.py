@@ -236,6 +236,10 @@ class Supervisor:
         signal_group(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.process.wait(timeout=child.spec.stop_timeout)
+        # SIGKILL lands asynchronously: wait (bounded) until the whole group is gone.
+        deadline = self.monotonic() + child.spec.stop_timeout
+        while group_alive(pid) and self.monotonic() < deadline:
+            self.sleep(_POLL_SECONDS)
         return f"{child.name} (pid {pid}) killed after {child.spec.stop_timeout:.0f}s"
 
     def __enter__(self) -> Supervisor:

@@ -1,98 +1,77 @@
-"""The embedded system's live view: a rich table per job, or plain log lines.
+"""The embedded system's live view: every job in one table, or plain log lines.
 
-A poller thread refreshes, every ``interval`` seconds, each job's newest
-decision and its reason (``GET /jobs/{id}``) and the cluster's GPU use; the
-table shows per job replicas (desired and ready), min/max, EDL fulfillment,
-the last epoch time, goodput's estimated remaining time, efficient size and
-rank (the newest plan's numbers), the last decision with its reason, and a footer with
-GPU use and the URLs. ``--no-table`` prints one line per change instead, for
-tests and CI logs.
+A poller thread reads, every ``interval`` seconds, the same views the CLI
+prints: ``GET /jobs`` (every job the runtime knows and every ElasticJob in the
+cluster, including ones added with kubectl or the CLI, with goodput's
+estimated remaining time, efficient size and rank from the newest plan) and
+``GET /plan`` (the cluster's GPU use, as ``trainscaler plan`` shows it). How a job row looks is
+handed in (``JobsLayout``; ``trainscaler run`` passes the CLI's), so the table
+and ``trainscaler jobs`` agree. The title says when nothing is running;
+finished jobs stay, marked and dimmed. ``--no-table`` prints one line per
+change of the simulated jobs instead, for tests and CI logs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
 
 from sim.embedded.api_client import TrainscalerApi
 from sim.embedded.driver import JobDriver, JobView
-from sim.embedded.kube import ClusterJobs, GpuUse
+
+Summary = Mapping[str, Any]
 
 
-def _decision_items(answer: Any) -> list[Mapping[str, Any]]:
-    if not isinstance(answer, Mapping):
-        return []
-    for name in ("decisions", "history", "decision_history"):
-        items = answer.get(name)
-        if isinstance(items, list):
-            return [i for i in items if isinstance(i, Mapping)]
-    return []
+@dataclass(frozen=True)
+class JobsLayout:
+    """The columns of a job row and how a ``GET /jobs`` summary fills them."""
+
+    columns: Sequence[str]
+    row: Callable[[Summary], Sequence[str]]
 
 
-def _reason_of(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    if isinstance(item.get("rule"), str):
-        return item  # the API's DecisionView: rule and message side by side
-    reason = item.get("reason")
-    if isinstance(reason, Mapping):
-        return reason
-    decision = item.get("decision")
-    if isinstance(decision, Mapping):
-        return _reason_of(decision)
-    return None
-
-
-def planned_numbers(answer: Any) -> Mapping[str, Any] | None:
-    """The numbers of the job's decision in the newest cluster plan (``planned``)."""
-    planned = answer.get("planned") if isinstance(answer, Mapping) else None
-    numbers = planned.get("numbers") if isinstance(planned, Mapping) else None
-    return numbers if isinstance(numbers, Mapping) else None
-
-
-def latest_decision(answer: Any) -> tuple[str, str] | None:
-    """(rule, message) of the newest decision in a ``GET /jobs/{id}`` answer."""
-    items = _decision_items(answer)
-    if not items:
-        return None
-
-    def order(item: Mapping[str, Any]) -> tuple[float, float]:
-        generation = item.get("generation")
-        at = item.get("at")
-        return (
-            float(at) if isinstance(at, int | float) else 0.0,
-            float(generation) if isinstance(generation, int | float) else 0.0,
-        )
-
-    newest = max(items, key=order) if any(order(i) != (0.0, 0.0) for i in items) else items[0]
-    reason = _reason_of(newest)
-    if reason is None:
-        return None
-    return str(reason.get("rule") or ""), str(reason.get("message") or "")
+@dataclass(frozen=True)
+class GpuUse:
+    used: int
+    total: int
+    nodes: int
 
 
 @dataclass
 class ClusterStatus:
+    jobs: list[Summary] = field(default_factory=list)
     gpu: GpuUse | None = None
     error: str = ""
 
 
-class StatusPoller:
-    """Refreshes decisions and GPU use on a thread; every call bounded by the client timeouts."""
+def gpu_use(plan: Summary | None) -> GpuUse | None:
+    """GPU limits of live pods over the nodes' allocatable, from a ``GET /plan`` answer."""
+    cluster = plan.get("cluster") if isinstance(plan, Mapping) else None
+    if not isinstance(cluster, Mapping):
+        return None
+    return GpuUse(
+        used=int(cluster.get("gpu_limit", 0)),
+        total=int(cluster.get("gpu_total", 0)),
+        nodes=int(cluster.get("node_count", 0)),
+    )
 
-    def __init__(
-        self,
-        driver: JobDriver,
-        *,
-        api: TrainscalerApi,
-        cluster: ClusterJobs,
-        interval: float = 2.0,
-    ) -> None:
+
+def split_reason(text: str | None) -> tuple[str, str]:
+    """``"rule: message"`` (a summary's ``last_reason``) as (rule, message)."""
+    rule, _, message = (text or "").partition(": ")
+    return rule, message
+
+
+class StatusPoller:
+    """Refreshes the jobs and GPU use on a thread; every call bounded by the client's timeout."""
+
+    def __init__(self, driver: JobDriver | None, *, api: TrainscalerApi, interval: float = 2.0):
         self._driver = driver
         self._api = api
-        self._cluster = cluster
         self._interval = interval
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -108,38 +87,79 @@ class StatusPoller:
 
     def status(self) -> ClusterStatus:
         with self._lock:
-            return ClusterStatus(gpu=self._status.gpu, error=self._status.error)
+            return ClusterStatus(
+                jobs=list(self._status.jobs), gpu=self._status.gpu, error=self._status.error
+            )
 
     def poll_once(self) -> None:
-        for view in self._driver.views():
-            if not view.key:
-                continue
-            try:
-                answer = self._api.job(view.key)
-                if view.mode == "elasticjob":
-                    # Its decisions come from the autoscaler; the scaler writes them on the CR.
-                    found = self._cluster.last_decision(view.name)
-                else:
-                    found = latest_decision(answer)
-            except Exception:  # shown as "no decision yet"; the next poll retries
-                continue
-            if found is not None:
-                self._driver.annotate(view.name, rule=found[0], reason=found[1])
-            numbers = planned_numbers(answer)
-            if numbers is not None:
-                self._driver.annotate_numbers(view.name, numbers)
+        errors: list[str] = []
         try:
-            gpu = self._cluster.gpu_use()
-            error = ""
-        except Exception as failure:  # the cluster may be briefly unreachable; shown, retried
-            gpu, error = None, str(failure)[:120]
+            jobs = [j for j in self._api.jobs() if isinstance(j, Mapping)]
+        except Exception as failure:  # shown in the title, retried on the next poll
+            jobs, errors = self.status().jobs, [f"jobs: {failure}"[:120]]
+        try:
+            gpu = gpu_use(self._api.plan())
+        except Exception as failure:  # the cluster may be briefly unreachable
+            gpu, errors = self.status().gpu, [*errors, f"plan: {failure}"[:120]]
+        if self._driver is not None:
+            by_key = {str(j.get("job")): j for j in jobs}
+            for view in self._driver.views():
+                summary = by_key.get(view.key)
+                if summary is None:
+                    continue
+                if summary.get("last_reason"):
+                    rule, message = split_reason(str(summary["last_reason"]))
+                    self._driver.annotate(view.name, rule=rule, reason=message)
+                # goodput's numbers in the newest plan, for the plain change lines.
+                self._driver.annotate_numbers(view.name, summary)
         with self._lock:
-            self._status = ClusterStatus(gpu=gpu or self._status.gpu, error=error)
+            self._status = ClusterStatus(jobs=jobs, gpu=gpu, error="; ".join(errors))
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll_once()
             self._stop.wait(self._interval)
+
+
+def headline(jobs: Sequence[Summary]) -> str:
+    """What the jobs are doing, in words; says so when nothing runs."""
+    if not jobs:
+        return "no jobs yet"
+    states = [str(j.get("state")) for j in jobs]
+    running = states.count("running")
+    finished = states.count("finished")
+    waiting = len(states) - running - finished
+    if running == 0:
+        if finished == len(states):
+            return f"nothing running: all {finished} jobs finished"
+        return f"nothing running: {waiting} waiting, {finished} finished"
+    return f"{running} running, {waiting} waiting, {finished} finished"
+
+
+def render_table(
+    status: ClusterStatus,
+    *,
+    layout: JobsLayout,
+    urls: Mapping[str, str],
+    elapsed_s: float,
+) -> Table:
+    gpu = status.gpu
+    gpu_text = f"{gpu.used}/{gpu.total} GPUs in use on {gpu.nodes} nodes" if gpu else "GPUs: ?"
+    title = f"trainscaler embedded - {elapsed_s:,.0f}s - {gpu_text} - {headline(status.jobs)}"
+    if status.error:
+        title += f" - [red]{status.error}[/red]"
+    table = Table(
+        title=title,
+        caption="  ".join(f"{name}: {url}" for name, url in urls.items()) + "  (Ctrl-C stops)",
+        expand=True,
+    )
+    for column in layout.columns:
+        last = column == layout.columns[-1]  # the reason: the rest of the width, folded
+        table.add_column(column, overflow="fold", no_wrap=not last, ratio=1 if last else None)
+    for summary in status.jobs:
+        finished = summary.get("state") == "finished"
+        table.add_row(*layout.row(summary), style="dim" if finished else None)
+    return table
 
 
 def _fulfillment(view: JobView) -> str:
@@ -157,45 +177,6 @@ def _remaining(view: JobView) -> str:
 
 def _number(value: int | None) -> str:
     return "-" if value is None else str(value)
-
-
-def render_table(
-    views: Iterable[JobView], *, status: ClusterStatus, urls: Mapping[str, str], elapsed_s: float
-) -> Table:
-    gpu = status.gpu
-    gpu_text = f"{gpu.used}/{gpu.total} GPUs requested on {gpu.nodes} nodes" if gpu else "GPUs: ?"
-    table = Table(
-        title=f"trainscaler embedded - {elapsed_s:,.0f}s - {gpu_text}",
-        caption="  ".join(f"{name}: {url}" for name, url in urls.items()) + "  (Ctrl-C stops)",
-        expand=True,
-    )
-    for column in ("job", "kind", "replicas", "min/max", "fulfil", "epoch", "epoch time"):
-        table.add_column(column, no_wrap=True)
-    # goodput's numbers from the newest plan: estimated remaining time, efficient size, rank.
-    for column in ("est. left", "eff. size", "rank"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("last decision and reason", overflow="fold")
-    for view in views:
-        replicas = (
-            f"{view.ready}/{view.desired}" if view.ready != view.desired else str(view.desired)
-        )
-        reason = f"[bold]{view.last_rule}[/bold] {view.last_reason}" if view.last_rule else ""
-        if view.error:
-            reason = f"{reason} [red]{view.error}[/red]".strip()
-        table.add_row(
-            view.name,
-            f"{view.mode} ({view.curve_source})",
-            replicas,
-            f"{view.min_replicas}/{view.max_replicas}",
-            _fulfillment(view),
-            f"{view.epoch} {view.state}",
-            _epoch_time(view),
-            _remaining(view),
-            _number(view.efficient_size),
-            _number(view.rank),
-            reason,
-        )
-    return table
 
 
 def change_lines(views: Iterable[JobView], previous: dict[str, tuple[Any, ...]]) -> list[str]:

@@ -2,7 +2,8 @@
 
 * ``plot_jct``: the distribution (CDF) of job completion times, one line per
   policy, one panel per workload;
-* ``plot_gpus``: GPUs held by each job over time for one run (stacked).
+* ``plot_gpus``: GPUs held over time for one run, stacked by application, with
+  a legend and the cluster's capacity as a labelled line.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ def plot_jct(results: list[SimResult], path: Path) -> Path:
     return path
 
 
-def plot_gpus(result: SimResult, path: Path, *, step_s: float = 60.0) -> Path:
-    """GPUs each job holds over time, stacked, for one run."""
-    plt = _pyplot()
+def gpus_by_application(
+    result: SimResult, *, step_s: float = 60.0
+) -> tuple[list[float], dict[str, list[int]]]:
+    """Sample times and, per application, the GPUs its jobs hold at each time."""
+    application = {job.name: job.application for job in result.jobs}
     end = max((t for t, _, _ in result.timeline), default=0.0)
     steps = max(1, int(end // step_s) + 1)
     times = [i * step_s for i in range(steps)]
@@ -67,15 +70,41 @@ def plot_gpus(result: SimResult, path: Path, *, step_s: float = 60.0) -> Path:
             held[job] = gpus
             index += 1
         for job, gpus in held.items():
-            series.setdefault(job, [0] * steps)[i] = gpus
-    fig, axis = plt.subplots(figsize=(10, 4))
+            app = application.get(job, "other")
+            series.setdefault(app, [0] * steps)[i] += gpus
+    return times, dict(sorted(series.items()))
+
+
+def plot_gpus(result: SimResult, path: Path, *, step_s: float = 60.0) -> Path:
+    """GPUs held over time for one run, stacked by application, with the cluster's capacity."""
+    plt = _pyplot()
+    times, series = gpus_by_application(result, step_s=step_s)
+    fig, axis = plt.subplots(figsize=(10, 4.5))
+    hours = [t / 3600 for t in times]
     if series:
-        hours = [t / 3600 for t in times]
-        axis.stackplot(hours, *series.values(), linewidth=0)
-    axis.axhline(result.gpu_total, color="black", linewidth=0.8, linestyle="--")
+        colours = plt.get_cmap("tab10").colors
+        axis.stackplot(
+            hours,
+            *series.values(),
+            labels=[
+                f"{app} ({sum(1 for j in result.jobs if j.application == app)} jobs)"
+                for app in series
+            ],
+            colors=[colours[i % len(colours)] for i in range(len(series))],
+            linewidth=0,
+        )
+    axis.axhline(
+        result.gpu_total,
+        color="black",
+        linewidth=1.0,
+        linestyle="--",
+        label=f"capacity ({result.gpu_total} GPUs)",
+    )
+    axis.set_ylim(0, result.gpu_total * 1.1 if result.gpu_total else None)
     axis.set_xlabel("time (h)")
-    axis.set_ylabel("GPUs held (one colour per job)")
-    axis.set_title(f"{result.policy} on workload {result.workload}")
+    axis.set_ylabel("GPUs held")
+    axis.set_title(f"GPUs held by application: {result.policy} on workload {result.workload}")
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -72,8 +72,17 @@ class EmbeddedRun:
         duration: float,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        home: Path | None = None,
     ) -> None:
         self.run_dir = run_dir
+        # Where the run leaves its connection details (workers.discovery): under
+        # ``home`` as for a user, else a file of this test's own, never the real home.
+        if home is not None:
+            self.discovery_file = home / ".local" / "state" / "trainscaler" / "embedded.json"
+            placement = {"HOME": str(home), "XDG_RUNTIME_DIR": ""}
+        else:
+            self.discovery_file = run_dir.parent / f"{run_dir.name}-embedded.json"
+            placement = {"TRAINSCALER_DISCOVERY_FILE": str(self.discovery_file)}
         self.summary_path = run_dir / "summary.json"
         self.lines: list[str] = []
         self._lock = threading.Lock()
@@ -87,7 +96,7 @@ class EmbeddedRun:
         self.process = subprocess.Popen(
             argv,
             cwd=REPO,
-            env={**inherited, **(env or {})},
+            env={**inherited, **placement, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -143,6 +152,13 @@ class EmbeddedRun:
     def leftovers(self) -> list[int]:
         return processes_mentioning(str(self.run_dir))
 
+    def leftovers_after(self, *, timeout: float = 15.0) -> list[int]:
+        """Processes of this run still there after up to ``timeout`` seconds (none: [])."""
+        deadline = time.monotonic() + timeout
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # an exiting process may take a moment to go
+        return left
+
     def kill_everything(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -157,13 +173,20 @@ class EmbeddedRun:
 
 @pytest.fixture
 def embedded_run(tmp_path: Path) -> Iterator[Any]:
-    """A factory: ``embedded_run(duration=..., extra=[...], env={...})``; killed if left running."""
+    """A factory: ``embedded_run(duration=..., extra=[...], env={...}, home=...)``; killed
+    if left running."""
     runs: list[EmbeddedRun] = []
 
     def start(
-        *, duration: float, extra: list[str] | None = None, env: dict[str, str] | None = None
+        *,
+        duration: float,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        home: Path | None = None,
     ) -> EmbeddedRun:
-        run = EmbeddedRun(tmp_path / f"run{len(runs)}", duration=duration, extra=extra, env=env)
+        run = EmbeddedRun(
+            tmp_path / f"run{len(runs)}", duration=duration, extra=extra, env=env, home=home
+        )
         runs.append(run)
         return run
 

@@ -91,4 +91,4 @@ def test_flower_shows_worker_and_autoscale_successes(embedded_run, chromium, tmp
     code = run.wait_exit(timeout=60)
     assert code == 0, run.output()[-4000:]
     assert "stopping: SIGINT" in run.output()
-    assert run.leftovers() == [], f"processes left behind: {run.leftovers()}"
+    assert run.leftovers_after() == [], f"processes left behind: {run.leftovers()}"

@@ -45,6 +45,6 @@ def test_run_scales_every_job_and_stops_cleanly(embedded_run) -> None:
         assert job["applied"] is not None, (name, job)
         assert job["epochs"] >= 1, (name, job)
     assert set(summary["children"]) == {"redis", "apiserver", "worker", "beat", "api", "flower"}
-    assert run.leftovers() == [], f"processes left behind: {run.leftovers()}"
+    assert run.leftovers_after() == [], f"processes left behind: {run.leftovers()}"
     busy = {name: port for name, port in summary["ports"].items() if port_in_use(port)}
     assert busy == {}, f"ports still listening after exit: {busy}"

@@ -46,4 +46,4 @@ def test_run_against_the_kubeconfig_cluster(embedded_run, tmp_path: Path) -> Non
             if d.metadata is not None and d.spec is not None
         }
         assert (replicas.get("cifar10-ej") or 0) > 1, replicas  # submitted at 1, grown by EDL
-        assert run.leftovers() == []
+        assert run.leftovers_after() == []

@@ -20,6 +20,8 @@ import pytest
 from tests.integration.api_fixtures import TOKEN
 from tests.integration.conftest import REPO, Procs, wait_for
 from workers.adapters.redis_server import free_port
+from workers.settings import Settings
+from workers.wiring import Runtime
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,6 +58,8 @@ def served(procs: Procs, runtime_env: dict[str, str], tmp_path: Path) -> Iterato
         "TRAINSCALER_API_TOKEN": TOKEN,
         "TRAINSCALER_API_URL": api_url,
         "TRAINSCALER_LOG_FORMAT": "json",
+        # status keeps its last look beside the discovery file: this test's own.
+        "TRAINSCALER_DISCOVERY_FILE": str(tmp_path / "state" / "embedded.json"),
     }
     procs.env = env
     procs.worker("cli-worker")
@@ -106,6 +110,12 @@ def test_submit_report_jobs_status_plan(served: CliEnv) -> None:
     reported = served.run("report", job, "--parallelism", "2", "--elapsed", "12.5")
     assert reported.returncode == 0, reported.stderr
     assert reported.stdout.startswith(f"{job}: use parallelism ")
+    for seconds in ("11.0", "10.0"):
+        again = served.run("report", job, "--parallelism", "2", "--elapsed", seconds)
+        assert again.returncode == 0, again.stderr
+    # Every report through the API is in the history, numbered.
+    epochs = json.loads(served.run("jobs", job, "--json").stdout)["recent_epochs"]
+    assert [(e["epoch"], e["epoch_time_s"]) for e in epochs] == [(3, 10.0), (2, 11.0), (1, 12.5)]
 
     listed = served.run("jobs")
     assert listed.returncode == 0 and job in listed.stdout
@@ -128,6 +138,21 @@ def test_submit_report_jobs_status_plan(served: CliEnv) -> None:
     assert requests and all(entry["request_id"] for entry in requests)
 
 
+def test_status_exits_2_when_dead_letters_arrived_since_the_last_look(served: CliEnv) -> None:
+    first = served.run("status")
+    assert first.returncode == 0, first.stdout + first.stderr
+    settings = Settings(redis_url=served.env["TRAINSCALER_REDIS_URL"], discover=False)
+    Runtime(settings).dead_letters.add(task="trainscaler.submit", payload={}, error="x", at=1e12)
+    grown = served.run("status")
+    assert grown.returncode == 2, grown.stdout + grown.stderr
+    assert "dead letters: 1, 1 new since the last look (trainscaler dead-letters list)" in (
+        grown.stdout
+    )
+    seen = served.run("status")
+    assert seen.returncode == 0, seen.stdout  # nothing new since
+    assert "dead letters: 1\n" in seen.stdout
+
+
 def test_errors_are_one_line_and_a_nonzero_exit(served: CliEnv) -> None:
     unknown = served.run("jobs", "no-such-job")
     assert unknown.returncode == 1
@@ -136,11 +161,17 @@ def test_errors_are_one_line_and_a_nonzero_exit(served: CliEnv) -> None:
 
     wrong_token = served.run("jobs", extra_env={"TRAINSCALER_API_TOKEN": "nope"})
     assert wrong_token.returncode == 1
-    assert wrong_token.stderr.strip() == "error: jobs: HTTP 401: missing or invalid bearer token"
+    # The answer, the setting to change and whether an embedded system was found.
+    assert wrong_token.stderr.startswith(
+        "error: jobs: HTTP 401: missing or invalid bearer token; the API wants a valid bearer "
+        "token: set TRAINSCALER_API_TOKEN or --token; "
+    )
+    assert "no running embedded system found" in wrong_token.stderr
 
     nowhere = served.run("status", "--api-url", f"http://127.0.0.1:{free_port()}")
     assert nowhere.returncode == 1
     assert nowhere.stderr.startswith("error: status: cannot reach the API")
+    assert "set TRAINSCALER_API_URL or --api-url" in nowhere.stderr
     assert len(nowhere.stderr.strip().splitlines()) == 1
 
     missing = served.run("submit", "--model-type", "x")

@@ -85,7 +85,7 @@ def test_two_workers_two_beats_for_60s(procs, redis_client, store, recorder) -> 
     assert len(applied) >= 10, "the changing cluster made the planner scale"
     per_job: dict[str, list[int]] = defaultdict(list)
     for entry in applied:
-        match = re.match(r"gen (\d+) ", str(entry["reason"]))
+        match = re.search(r"\(generation (\d+)\)$", str(entry["reason"]))
         assert match, entry
         per_job[str(entry["job"])].append(int(match.group(1)))
     for job, generations in per_job.items():

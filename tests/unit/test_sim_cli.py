@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import csv
+import tempfile
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
+from sim.trace.plots import gpus_by_application
+from sim.trace.results import JobResult, SimResult
 from tests.unit.sim_fixtures import write_data, write_workload
 from workers.commands.simulate import register
 
@@ -72,3 +76,37 @@ def test_unknown_policy_is_a_clear_error(tmp_path: Path) -> None:
         app, ["simulate", "--workload", str(workload), "--policy", "nope", "--data-dir", str(data)]
     )
     assert result.exit_code != 0
+
+
+def test_without_out_the_results_go_outside_the_source_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = write_data(tmp_path / "data")
+    workload = write_workload(data, "workload-1.csv", [("a", 0, "toy", 1, 64)])
+    monkeypatch.chdir(tmp_path)  # where a repository checkout would be
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the temporary directory
+    result = CliRunner().invoke(
+        make_app(),
+        ["simulate", "--workload", str(workload), "--policy", "static",
+         "--data-dir", str(data), "--nodes", "1", "--gpus-per-node", "2", "--no-plots"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "sim-results").exists()
+    (written,) = (tmp_path / "tmp").glob("trainscaler-sim-*")
+    assert (written / "jobs.csv").exists()
+
+
+def test_the_gpu_plot_groups_jobs_by_application() -> None:
+    jobs = [
+        JobResult("a1", "cifar10", 64, 1, 0.0, 0.0, 100.0, 0, 0.0, 2),
+        JobResult("a2", "cifar10", 64, 1, 0.0, 0.0, 100.0, 0, 0.0, 1),
+        JobResult("b1", "bert", 64, 1, 0.0, 0.0, 100.0, 0, 0.0, 3),
+    ]
+    result = SimResult(
+        "static", "1", jobs, gpu_total=8, makespan_s=120.0, gpu_seconds_allocated=0.0,
+        timeline=[(0.0, "a1", 2), (0.0, "a2", 1), (60.0, "b1", 3), (60.0, "a2", 0)],
+    )  # fmt: skip
+    times, series = gpus_by_application(result, step_s=60.0)
+    assert times == [0.0, 60.0]
+    assert series == {"bert": [0, 3], "cifar10": [3, 2]}

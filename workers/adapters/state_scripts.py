@@ -92,3 +92,27 @@ for i = 1, #KEYS, 2 do
 end
 return 1
 """
+
+# KEYS: epoch counter. ARGV: the report's epoch, or "" to take the next one.
+# Returns the epoch number; the counter keeps the highest seen.
+NUMBER_EPOCH = r"""
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if ARGV[1] ~= '' then
+  local given = tonumber(ARGV[1])
+  if given > current then redis.call('SET', KEYS[1], given) end
+  return given
+end
+current = current + 1
+redis.call('SET', KEYS[1], current)
+return current
+"""
+
+# KEYS: metrics list. ARGV: report JSON, how many to keep. A report equal to
+# the newest entry is not added twice (pushed reports are also sampled by
+# fetch_metrics).
+APPEND_METRIC = r"""
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then return 0 end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+return 1
+"""

@@ -16,7 +16,10 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 * ``P job:<job>:generation`` STRING int: generation of the newest decision.
 * ``P job:<job>:applied`` STRING ``AppliedTarget`` JSON: newest applied decision.
 * ``P job:<job>:decisions`` LIST ``DecisionRecord`` JSON, newest first, bounded.
-* ``P job:<job>:metrics`` LIST ``EpochReport`` JSON, newest first, bounded.
+* ``P job:<job>:metrics`` LIST ``EpochReport`` JSON, newest first, bounded: every
+  accepted epoch report, whichever entry point sent it.
+* ``P job:<job>:epochs`` STRING int: the job's highest epoch number (reports
+  without one get the next).
 * ``P job:<job>:last_report`` STRING the newest ``EpochReport`` decided on
   (written with the schedule state, by the same compare-and-set).
 * ``P plan:latest`` STRING ``PlanRecord`` JSON; ``P plan:history`` LIST, newest first.
@@ -78,6 +81,8 @@ class StateStore:
         self._begin_scales = client.register_script(scripts.BEGIN_SCALES)
         self._finish_scales = client.register_script(scripts.FINISH_SCALES)
         self._commit_cluster_round = client.register_script(scripts.COMMIT_CLUSTER_ROUND)
+        self._number_epoch = client.register_script(scripts.NUMBER_EPOCH)
+        self._append_metric = client.register_script(scripts.APPEND_METRIC)
 
     def key(self, suffix: str) -> str:
         return f"{self.prefix}{suffix}"
@@ -432,12 +437,28 @@ class StateStore:
         return EpochReport.model_validate_json(raw) if raw else None
 
     def append_metrics(self, reports: list[EpochReport], *, keep: int) -> None:
-        pipe = self.redis.pipeline()
+        """Add to each job's history; a report equal to the newest entry is not added twice."""
+        if not reports:
+            return
+        pipe = self.redis.pipeline(transaction=False)
         for report in reports:
-            key = self.job_key(report.job, "metrics")
-            pipe.lpush(key, report.model_dump_json())
-            pipe.ltrim(key, 0, keep - 1)
+            self._append_metric(
+                keys=[self.job_key(report.job, "metrics")],
+                args=[report.model_dump_json(), keep],
+                client=pipe,
+            )
         pipe.execute()
+
+    def numbered(self, report: EpochReport) -> EpochReport:
+        """``report`` with its epoch number: the next of its job's when it has none.
+
+        A first contact (no epoch time) is not an epoch and stays unnumbered.
+        """
+        if report.epoch_time_s is None:
+            return report
+        given = "" if report.epoch is None else str(report.epoch)
+        epoch = int(self._number_epoch(keys=[self.job_key(report.job, "epochs")], args=[given]))
+        return report if report.epoch == epoch else report.model_copy(update={"epoch": epoch})
 
     def metrics(self, job: str, *, limit: int = 100) -> list[EpochReport]:
         raw = self.redis.lrange(self.job_key(job, "metrics"), 0, limit - 1)

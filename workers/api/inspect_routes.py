@@ -16,7 +16,7 @@ from workers.api.context import ApiContext, context
 from workers.api.identity_checks import require_job_ref, require_namespace, require_scope
 from workers.api.schemas import JobDetail, JobSummary, PlanPreview, QueueView
 from workers.api.text_checks import require_utf8
-from workers.api.views import job_detail, list_jobs, preview_plan, queue_view, resolve_job
+from workers.api.views import find_job, job_detail, list_jobs, preview_plan, queue_view
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ def _policy(name: str) -> str:
 
 @router.get("/jobs")
 async def jobs(ctx: Ctx) -> list[JobSummary]:
-    """Every job the runtime knows, with replicas, fulfillment and the newest reason."""
-    listed = await run_in_threadpool(list_jobs, ctx.runtime.store)
+    """Every job: recorded ones and the cluster's ElasticJobs, with state and newest reason."""
+    listed = await run_in_threadpool(list_jobs, ctx.runtime)
     allowed = ctx.settings.namespace_allowed
     return [summary for summary in listed if allowed(summary.job.partition("/")[0])]
 
@@ -50,12 +50,12 @@ async def job(
     require_utf8(path=job_id, query=namespace)
     require_job_ref(job_id, loc=("path", "job_id"))
     require_namespace(namespace, loc=("query", "namespace"))
-    store = ctx.runtime.store
-    key = await run_in_threadpool(lambda: resolve_job(store, job_id, namespace=namespace))
+    rt = ctx.runtime
+    key = await run_in_threadpool(lambda: find_job(rt, job_id, namespace=namespace))
     if key is None:
         raise HTTPException(status_code=404, detail=f"unknown job {job_id!r}")
     require_scope(ctx.settings, key.partition("/")[0], field="path.job_id")
-    return await run_in_threadpool(job_detail, store, key)
+    return await run_in_threadpool(job_detail, rt, key)
 
 
 @router.get("/plan")

@@ -30,7 +30,8 @@ from workers.api.identity_checks import require_job_ref, require_namespace, requ
 from workers.api.schemas import FinishAnswer, ReportAnswer, TrainAnswer
 from workers.api.text_checks import require_utf8
 from workers.api.views import resolve_job
-from workers.client import report_from_task
+from workers.client import new_submission_id, report_from_task, submission_key
+from workers.targets import NoTargetError, check_target
 
 T = TypeVar("T")
 
@@ -70,10 +71,25 @@ def _job_url(job: str) -> str:
 async def train(
     request: TrainRequest, ctx: Ctx, response: Response, wait: Wait = DEFAULT_WAIT_S
 ) -> TrainAnswer:
-    """KubeML ``CreateTask``: submit a train request; the answer carries the job id."""
+    """KubeML ``CreateTask``: submit a train request; the answer carries the job id.
+
+    422 when the request could never be scaled: no ``ps_url`` and no ElasticJob
+    for its key (``workers.targets``).
+    """
     require_utf8(body=request)
     require_scope(ctx.settings, request.namespace, field="body.namespace")
-    task_id, job = await run_in_threadpool(ctx.producer.submit, request)
+    rt = ctx.runtime
+    submission = new_submission_id()
+    job = submission_key(request, submission)
+    try:
+        await run_in_threadpool(
+            lambda: check_target(
+                request, job=job, scaler=rt.settings.scaler, reader=rt.cluster_reader
+            )
+        )
+    except NoTargetError as error:
+        raise HTTPException(status_code=422, detail=str(error)) from None
+    task_id, job = await run_in_threadpool(lambda: ctx.producer.submit(request, task_id=submission))
     store = ctx.runtime.store
     recorded = await _wait_for(ctx, lambda: store.get_job(job), seconds=wait)
     response.headers["Location"] = _job_url(job)
@@ -98,7 +114,8 @@ async def report_epoch(
     """KubeML ``UpdateTask``: a job's end-of-epoch report (parallelism, elapsed time)."""
     require_utf8(body=task)
     rt = ctx.runtime
-    report = report_from_task(task, at=rt.clock.now())
+    # Numbered here, before it is queued, so a redelivered task keeps its epoch.
+    report = await run_in_threadpool(rt.store.numbered, report_from_task(task, at=rt.clock.now()))
     job = report.job
     require_scope(ctx.settings, job.partition("/")[0], field="body.job_id")
     # Decided means: the job's schedule cursor moved past what it was before
@@ -159,7 +176,7 @@ async def finish(
         current = store.get_job(job)
         return current.finished_at if current is not None else None
 
-    at = await _wait_for(ctx, finished, seconds=wait) if record is not None else None
+    at = await _wait_for(ctx, finished, seconds=wait)
     if at is None:
         response.status_code = status.HTTP_202_ACCEPTED
     return FinishAnswer(job=job, finished=at is not None, finished_at=at, task_id=sent)

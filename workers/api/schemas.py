@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -70,18 +70,34 @@ class AppliedView(View):
     outcome: str
 
 
+JobState = Literal["running", "waiting", "finished"]
+
+
 class JobSummary(View):
-    job: str
+    """One job, as the live table, ``trainscaler jobs`` and ``GET /jobs`` show it."""
+
+    job: str  # the key, namespace/name
     job_id: str
+    name: str
+    kind: Literal["elasticjob", "train-request", "unknown"] = "unknown"
     policy: str | None = None
     min_replicas: int | None = None
     max_replicas: int | None = None
-    replicas: int | None = None
-    desired: int | None = None
+    replicas: int | None = None  # current
+    desired: int | None = None  # the newest decision's target
     fulfillment: float | None = None
+    state: JobState = "waiting"
+    waiting_for: str | None = None
+    # False when no decision of this job can ever be applied (no ps_url, no ElasticJob).
+    scalable: bool = True
     finished: bool = False
+    last_epoch: int | None = None
     last_epoch_time_s: float | None = None
     last_reason: str | None = None
+    # goodput's numbers for the job in the newest cluster plan (None under other policies).
+    estimated_remaining_s: float | None = None
+    efficient_size: int | None = None
+    rank: int | None = None
 
 
 class JobDetail(JobSummary):

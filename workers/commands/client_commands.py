@@ -11,17 +11,32 @@ scripts; errors are one line and a non-zero exit (``--debug`` for more).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import httpx
+import redis
 import typer
+from kombu.exceptions import KombuError
 from rich.console import Console
 from rich.table import Table
 
 from scheduler_core.models import EpochReport, TaskState, TrainOptions, TrainRequest, TrainTask
 from workers.client import ApiError, CeleryClient, TrainscalerClient
+from workers.commands.connection import (
+    api_refused,
+    api_unreachable,
+    cluster_unreadable,
+    redis_unreachable,
+)
+from workers.commands.jobs_view import fulfil_text, jobs_table, state_counts, state_text
+from workers.commands.last_look import LAST_LOOK_FILE, LastLook
 from workers.settings import Settings, get_settings
+
+T = TypeVar("T")
+Argument = typer.Argument
 
 ApiUrl = Annotated[
     str | None, typer.Option("--api-url", help="The API's base URL [TRAINSCALER_API_URL].")
@@ -37,20 +52,39 @@ class CommandError(Exception):
     """A failure worth one line to the user."""
 
 
-def _client(settings: Settings, api_url: str | None, token: str | None) -> TrainscalerClient:
-    return TrainscalerClient(api_url or settings.api_url, token=token or settings.api_token)
+class Api:
+    """The API client of one command, with the settings that explain its failures."""
+
+    def __init__(self, settings: Settings, api_url: str | None, token: str | None) -> None:
+        self.settings = settings
+        self.url = api_url or settings.api_url
+        self.client = TrainscalerClient(self.url, token=token or settings.api_token)
+
+    def call(self, what: str, call: Callable[[TrainscalerClient], T]) -> T:
+        """Run one API call; connection problems and error answers become one line."""
+        try:
+            return call(self.client)
+        except ApiError as error:
+            raise CommandError(f"{what}: {api_refused(self.settings, error)}") from None
+        except httpx.TransportError as error:
+            raise CommandError(
+                f"{what}: {api_unreachable(self.settings, self.url, error)}"
+            ) from None
+
+    def close(self) -> None:
+        self.client.close()
 
 
-def _call(client: TrainscalerClient, what: str, call: Any) -> Any:
-    """Run one API call; connection problems and error answers become one line."""
+@contextmanager
+def _broker(settings: Settings, what: str) -> Iterator[CeleryClient]:
+    """A Celery producer; an unreachable broker is one line naming its setting."""
+    producer = CeleryClient(settings)
     try:
-        return call()
-    except ApiError as error:
-        raise CommandError(f"{what}: {error}") from None
-    except httpx.TransportError as error:
-        raise CommandError(f"{what}: cannot reach the API: {error}") from None
+        yield producer
+    except (KombuError, redis.RedisError, OSError) as error:
+        raise CommandError(f"{what}: {redis_unreachable(settings, error)}") from None
     finally:
-        client.close()
+        producer.close()
 
 
 def _console() -> Console:
@@ -82,10 +116,21 @@ def plan(
 ) -> None:
     """Dry run: what the cluster planner would do now, and why. Nothing is applied."""
     # Imported here: reading the cluster needs the runtime's adapters, the other commands do not.
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from workers.adapters.kubernetes.client import KubeApiError
     from workers.api.views import preview_plan
     from workers.wiring import Runtime
 
-    preview = preview_plan(Runtime(get_settings()), policy=policy)
+    settings = get_settings()
+    cluster_errors = (ConfigException, HTTPError, KubeApiError, OSError)
+    try:
+        preview = preview_plan(Runtime(settings), policy=policy)
+    except redis.RedisError as error:
+        raise CommandError(f"plan: {redis_unreachable(settings, error)}") from None
+    except cluster_errors as error:
+        raise CommandError(f"plan: {cluster_unreadable(settings, error)}") from None
     if as_json:
         _print_json(preview.model_dump(mode="json"))
         return
@@ -165,15 +210,15 @@ def submit(
         )
     settings = get_settings()
     if celery:
-        producer = CeleryClient(settings)
-        try:
+        with _broker(settings, "submit") as producer:
             task_id, job = producer.submit(request)
-        finally:
-            producer.close()
         answer: dict[str, Any] = {"job": job, "task_id": task_id, "recorded": False}
     else:
-        client = _client(settings, api_url, token)
-        answer = _call(client, "submit", lambda: client.train(request))
+        api = Api(settings, api_url, token)
+        try:
+            answer = api.call("submit", lambda client: client.train(request))
+        finally:
+            api.close()
     if as_json:
         _print_json(answer)
     else:
@@ -197,18 +242,15 @@ def report(
     if celery:
         if "/" not in job:
             raise CommandError("with --celery, give the full job key namespace/id")
-        producer = CeleryClient(settings)
-        try:
+        with _broker(settings, "report") as producer:
             producer.report(
                 EpochReport(job=job, replicas=parallelism, epoch_time_s=elapsed, epoch=epoch)
             )
-        finally:
-            producer.close()
         answer: dict[str, Any] = {"job": job, "decided": False}
     else:
-        client = _client(settings, api_url, token)
+        api = Api(settings, api_url, token)
 
-        def send() -> dict[str, Any]:
+        def send(client: TrainscalerClient) -> dict[str, Any]:
             detail = client.job(job)
             if detail.get("request") is None:
                 raise CommandError(f"{job} has no train request on record; use --celery")
@@ -219,7 +261,10 @@ def report(
             )
             return client.report(task)
 
-        answer = _call(client, "report", send)
+        try:
+            answer = api.call("report", send)
+        finally:
+            api.close()
     if as_json:
         _print_json(answer)
     elif answer.get("decided"):
@@ -236,59 +281,35 @@ def report(
 
 
 def jobs(
-    job: Annotated[str | None, typer.Argument(help="Show one job in detail.")] = None,
+    job: Annotated[str | None, Argument(help="Show one job in detail.")] = None,
     api_url: ApiUrl = None,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """List jobs (replicas, fulfillment, newest reason), or one job with its decisions."""
-    client = _client(get_settings(), api_url, token)
-    if job is not None:
-        detail = _call(client, "jobs", lambda: client.job(job))
-        if as_json:
-            _print_json(detail)
-        else:
-            _print_job(detail)
-        return
-    summaries = _call(client, "jobs", client.jobs)
+    """List jobs (name, replicas, fulfillment, state, newest reason), or one job in detail."""
+    api = Api(get_settings(), api_url, token)
+    try:
+        if job is not None:
+            detail = api.call("jobs", lambda client: client.job(job))
+            _print_json(detail) if as_json else _print_job(detail)
+            return
+        summaries = api.call("jobs", lambda client: client.jobs())
+    finally:
+        api.close()
     if as_json:
         _print_json(summaries)
         return
-    table = Table(title=f"{len(summaries)} job(s)")
-    for column in (
-        "job",
-        "policy",
-        "min",
-        "max",
-        "replicas",
-        "desired",
-        "fulfillment",
-        "epoch s",
-        "last reason",
-    ):
-        table.add_column(column)
-    for s in summaries:
-        table.add_row(
-            s["job"] + (" (finished)" if s.get("finished") else ""),
-            _fmt(s.get("policy")),
-            _fmt(s.get("min_replicas")),
-            _fmt(s.get("max_replicas")),
-            _fmt(s.get("replicas")),
-            _fmt(s.get("desired")),
-            _fmt(s.get("fulfillment")),
-            _fmt(s.get("last_epoch_time_s")),
-            _fmt(s.get("last_reason")),
-        )
-    _console().print(table)
+    _console().print(jobs_table(summaries))
 
 
 def _print_job(detail: dict[str, Any]) -> None:
     console = _console()
     console.print(
-        f"[bold]{detail['job']}[/bold] policy={_fmt(detail.get('policy'))} "
+        f"[bold]{detail.get('name') or detail['job']}[/bold] ({detail['job']}) "
+        f"state={state_text(detail)} policy={_fmt(detail.get('policy'))} "
         f"replicas={_fmt(detail.get('replicas'))} desired={_fmt(detail.get('desired'))} "
         f"range={_fmt(detail.get('min_replicas'))}..{_fmt(detail.get('max_replicas'))} "
-        f"fulfillment={_fmt(detail.get('fulfillment'))} "
+        f"fulfillment={fulfil_text(detail.get('fulfillment'))} "
         f"mean epoch={_fmt(detail.get('mean_epoch_time_s'))}s"
     )
     epochs = Table(title="recent epochs")
@@ -318,28 +339,58 @@ def _print_job(detail: dict[str, Any]) -> None:
     console.print(decisions)
 
 
+def _queue_line(name: str, stats: dict[str, Any]) -> str:
+    age = stats.get("oldest_age_s")
+    oldest = f"oldest waiting {age:.1f}s" if isinstance(age, int | float) else "none waiting"
+    return f"queue {name}: depth {stats['depth']}, in flight {stats['in_flight']}, {oldest}"
+
+
 def status(api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False) -> None:
-    """Health of Redis and the cluster, queue depths and dead letters; exit 1 if unhealthy."""
+    """Health, queues, dead letters and jobs that cannot be scaled.
+
+    Exit 1 when unhealthy; 2 when dead letters arrived since the last look (the
+    previous ``status`` against this API) or some job can never be scaled.
+    """
     settings = get_settings()
-    client = _client(settings, api_url, token)
-    healthy, health = _call(client, "status", client.health)
-    client = _client(settings, api_url, token)
-    queue = _call(client, "status", client.queue)
+    api = Api(settings, api_url, token)
+    try:
+        healthy, health = api.call("status", lambda client: client.health())
+        queue = api.call("status", lambda client: client.queue())
+        summaries = api.call("status", lambda client: client.jobs())
+    finally:
+        api.close()
+    seen = LastLook(Path(settings.discovery_file).with_name(LAST_LOOK_FILE))
+    newest = [float(d.get("at", 0.0)) for d in queue["dead_letters"]["newest"]]
+    new_letters = seen.new_since(api.url, newest)
+    stuck = [s for s in summaries if not s.get("scalable", True)]
     if as_json:
-        _print_json({"healthy": healthy, "health": health, "queue": queue})
+        _print_json(
+            {
+                "healthy": healthy,
+                "health": health,
+                "queue": queue,
+                "new_dead_letters": new_letters,
+                "cannot_be_scaled": [s["job"] for s in stuck],
+            }
+        )
     else:
         checks = ", ".join(f"{name}: {result}" for name, result in health["checks"].items())
         typer.echo(f"{'healthy' if healthy else 'UNHEALTHY'} ({checks})")
         for name, stats in queue["queues"].items():
-            typer.echo(
-                f"queue {name}: depth {stats['depth']}, in flight {stats['in_flight']}, "
-                f"oldest {_fmt(stats['oldest_age_s'], 1)}s"
-            )
+            typer.echo(_queue_line(name, stats))
         celery = ", ".join(f"{name} {depth}" for name, depth in queue["celery"].items())
         typer.echo(f"celery queues: {celery}")
-        typer.echo(f"dead letters: {queue['dead_letters']['count']}")
+        count = queue["dead_letters"]["count"]
+        growth = f", {new_letters} new since the last look" if new_letters else ""
+        hint = " (trainscaler dead-letters list)" if new_letters else ""
+        typer.echo(f"dead letters: {count}{growth}{hint}")
+        typer.echo(f"jobs: {len(summaries)} ({state_counts(summaries)})")
+        for s in stuck:
+            typer.echo(f"cannot be scaled: {s['job']} ({s.get('name')}): {state_text(s)}")
     if not healthy:
         raise typer.Exit(1)
+    if new_letters or stuck:
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,14 +1,33 @@
-"""``trainscaler dead-letters``: list and purge what the runtime gave up on."""
+"""``trainscaler dead-letters``: list and purge what the runtime gave up on.
+
+Reads Redis directly (``TRAINSCALER_REDIS_URL``, or the running embedded
+system's); an unreachable Redis is one line naming that setting.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
+import redis
 import typer
 
+from workers.commands.connection import redis_unreachable
+from workers.deadletters import DeadLetters
 from workers.settings import get_settings
 from workers.wiring import Runtime
+
+
+@contextmanager
+def _dead_letters() -> Iterator[DeadLetters]:
+    settings = get_settings()
+    try:
+        yield Runtime(settings).dead_letters
+    except redis.RedisError as error:
+        typer.echo(f"error: dead-letters: {redis_unreachable(settings, error)}", err=True)
+        raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -22,8 +41,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
     ) -> None:
         """Show dead letters, newest first."""
-        letters = Runtime(get_settings()).dead_letters
-        shown = letters.list(limit=limit)
+        with _dead_letters() as letters:
+            shown = letters.list(limit=limit)
+            total = letters.count()
         for letter in shown:
             if as_json:
                 typer.echo(letter.model_dump_json())
@@ -34,14 +54,14 @@ def register(app: typer.Typer) -> None:
                 payload = payload[:117] + "..."
             typer.echo(f"{when}  {letter.task}  {letter.error}\n    payload: {payload}")
         if not as_json:
-            typer.echo(f"{len(shown)} shown of {letters.count()} dead letter(s)")
+            typer.echo(f"{len(shown)} shown of {total} dead letter(s)")
 
     @group.command("purge")
     def purge(yes: bool = typer.Option(False, "--yes", help="Do not ask.")) -> None:
         """Delete every dead letter."""
-        letters = Runtime(get_settings()).dead_letters
-        if not yes:
-            typer.confirm(f"Delete {letters.count()} dead letter(s)?", abort=True)
-        typer.echo(f"purged {letters.purge()} dead letter(s)")
+        with _dead_letters() as letters:
+            if not yes:
+                typer.confirm(f"Delete {letters.count()} dead letter(s)?", abort=True)
+            typer.echo(f"purged {letters.purge()} dead letter(s)")
 
     app.add_typer(group, name="dead-letters")

@@ -21,8 +21,11 @@ import json
 import os
 import secrets
 import shlex
+import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -52,7 +55,7 @@ from sim.embedded.kube import ClusterJobs, ElasticJobKind
 from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
 from sim.embedded.ports import LOOPBACK, choose_port
 from sim.embedded.supervisor import ChildFailedError, StartCancelledError, Supervisor
-from sim.embedded.table import StatusPoller
+from sim.embedded.table import JobsLayout, StatusPoller
 from sim.trace.runner import default_data_dir
 from workers.adapters.kubernetes.client import load_configuration
 from workers.adapters.kubernetes.crd import GROUP, KIND, PLURAL, VERSION, install_crd
@@ -62,7 +65,9 @@ from workers.adapters.redis_server import (
     redis_url,
     write_password_config,
 )
-from workers.settings import Settings, get_settings
+from workers.commands.jobs_view import JOB_COLUMNS, job_row
+from workers.discovery import Discovered, remove_discovered, write_discovered
+from workers.settings import Settings
 from workers.wiring import Runtime
 
 
@@ -118,6 +123,8 @@ def _plan(
         "api_auth_disabled": False,
         "api_token": base.api_token or secrets.token_urlsafe(24),
         "flower_basic_auth": base.flower_basic_auth or f"admin:{secrets.token_urlsafe(18)}",
+        # Children take exactly the settings given here, never another run's discovery file.
+        "discover": False,
     }
     if "cluster_policy_params" not in base.model_fields_set:
         # Time runs compressed here and a loopback pod restarts within a second:
@@ -190,6 +197,52 @@ def _write_client_env(plan: Plan) -> Path:
     with os.fdopen(descriptor, "w") as env_file:
         env_file.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items()))
     return path
+
+
+def _discovered(plan: Plan) -> Discovered:
+    """What clients need to reach this run (``workers.discovery``)."""
+    settings = plan.settings
+    values = {
+        "api_url": plan.api_url,
+        "api_token": settings.api_token or "",
+        "redis_url": settings.redis_url,
+        "kubeconfig": settings.kubeconfig or "",
+    }
+    return Discovered(
+        pid=os.getpid(),
+        run_dir=str(plan.run_dir),
+        started_at=time.time(),
+        settings={k: v for k, v in values.items() if v},
+        flower_url=plan.flower_url,
+        flower_basic_auth=settings.flower_basic_auth,
+    )
+
+
+def cli_path() -> str:
+    """The absolute path of this ``trainscaler`` command, so a printed hint works verbatim."""
+    beside = Path(sys.executable).with_name("trainscaler")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("trainscaler") or f"{sys.executable} -m workers.cli"
+
+
+def _clean_up(
+    folder: Path,
+    *,
+    created: bool,
+    exit_code: int,
+    say: Callable[[str], None],
+    loopback_kubeconfig: Path | None,
+) -> None:
+    """A run folder we created goes away; otherwise its logs stay, without credentials."""
+    if created and exit_code == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if loopback_kubeconfig is not None:
+        with suppress(OSError):
+            loopback_kubeconfig.unlink()  # it holds the loopback cluster's credentials
+    if exit_code != 0:
+        say(f"logs kept in {folder / 'logs'}")
 
 
 def _data_dir(option: Path | None, settings: Settings) -> Path:
@@ -351,13 +404,19 @@ def run(
 ) -> None:
     """Run the whole system on loopback: Redis, Kubernetes, worker, beat, API, Flower, jobs."""
     console = Console(stderr=False)
+    if not console.is_terminal:
+        # Piped or logged: whole rows (reasons included), not 80 columns.
+        console = Console(stderr=False, width=240)
     say = printer(console, table=table)
     began = time.monotonic()
     stopper = Stopper()
     folder = run_dir or Path(tempfile.mkdtemp(prefix="trainscaler-run-"))
     folder.mkdir(parents=True, exist_ok=True)
+    # Its own settings only: never the connection details of another running system.
+    base = Settings(discover=False)
+    discovery_file = Path(base.discovery_file)
     plan = _plan(
-        get_settings(),
+        base,
         run_dir=folder,
         cluster=cluster,
         api_port=api_port,
@@ -405,23 +464,38 @@ def run(
                     log=say if not table else quiet,
                 )
                 driver.start()
-                poller = StatusPoller(driver, api=api, cluster=cluster_jobs)
-                poller.start()
+            # Every job in the cluster, not only the demo's: the CLI's view of jobs.
+            poller = StatusPoller(driver, api=api)
+            poller.start()
             waited = _wait_first_autoscale(runtime, stopper, timeout=120)
             if waited is not None:
                 startup_s = time.monotonic() - began
             say(f"Flower: {plan.flower_url}")
             say(f"API:    {plan.api_url}  (docs {plan.api_url}/docs)")
             env_file = _write_client_env(plan)
-            say(f"CLI:    source {env_file}; trainscaler jobs")
-            say("        (Flower's basic auth is TRAINSCALER_FLOWER_BASIC_AUTH in that file)")
+            write_discovered(discovery_file, _discovered(plan))
+            cli = cli_path()
+            say(f"CLI:    {cli} jobs   (also status, plan, dead-letters list)")
+            say(f"        connection details in {discovery_file}; {cli} env prints them as exports")
+            say(
+                f"        env file for `source`: {env_file} (Flower's basic auth is TRAINSCALER_FLOWER_BASIC_AUTH)"
+            )
             say(
                 f"ready in {startup_s:.1f}s (first autoscale succeeded)"
                 if startup_s is not None
                 else "no autoscale run succeeded within 120s"
             )
             urls = {"Flower": plan.flower_url, "API": plan.api_url}
-            w = Watch(supervisor, stopper, driver, poller, urls, began=began, duration=duration)
+            w = Watch(
+                supervisor,
+                stopper,
+                driver,
+                poller,
+                urls,
+                began=began,
+                layout=JobsLayout(JOB_COLUMNS, job_row),
+                duration=duration,
+            )
             exit_code = watch(w, table=table, console=console, say=say)
         except StartCancelledError:
             say(f"stopping: {stopper.reason} during start-up")
@@ -438,13 +512,25 @@ def run(
             )
             if summary is not None:
                 summary.write_text(json.dumps(report, indent=2))
+            remove_discovered(discovery_file, pid=os.getpid())
             say(closing_line(report))
             if ps is not None:
                 ps.stop()
             if api is not None:
                 api.close()
             for line in supervisor.stop_all():
-                say(f"stopped {line}")
+                say(line)
+            _clean_up(
+                folder,
+                created=run_dir is None,
+                exit_code=exit_code,
+                say=say,
+                loopback_kubeconfig=(
+                    Path(plan.settings.kubeconfig)
+                    if plan.loopback_cluster and plan.settings.kubeconfig
+                    else None
+                ),
+            )
     raise typer.Exit(exit_code)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,9 +59,13 @@ def simulate_command(
     data_dir: Annotated[
         Path | None, typer.Option(help="Traces and workloads folder (default: the setting).")
     ] = None,
-    out: Annotated[Path, typer.Option(help="Folder for jobs.csv, summary.csv and plots.")] = Path(
-        "sim-results"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for jobs.csv, summary.csv and plots "
+            "(default: a new trainscaler-sim-* folder in the temporary directory)."
+        ),
+    ] = None,
     nodes: Annotated[int, typer.Option(min=1)] = 16,
     gpus_per_node: Annotated[int, typer.Option(min=1)] = 4,
     interval: Annotated[float, typer.Option(min=1.0, help="Scheduling interval (s).")] = 60.0,
@@ -103,7 +108,7 @@ def simulate_command(
     console = Console()
     if not console.is_terminal:
         # Piped output (logs, CI): never truncate the table's columns.
-        console = Console(width=140)
+        console = Console(width=200)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -126,6 +131,8 @@ def simulate_command(
         )
     summaries = matrix.summaries()
     console.print(_table(summaries))
+    # Never into the source tree by default: results are not part of the checkout.
+    out = out or Path(tempfile.mkdtemp(prefix="trainscaler-sim-"))
     out.mkdir(parents=True, exist_ok=True)
     write_jobs_csv(matrix.results, out / "jobs.csv")
     _write_summary(summaries, out / "summary.csv")

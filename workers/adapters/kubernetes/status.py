@@ -48,8 +48,11 @@ def replica_limit(
     limited_by: str | None,
 ) -> Limit | None:
     """HPA's ``ScalingLimited`` reasons: by max, by min, or by cluster capacity."""
-    if requested > max_replicas or (limited_by == AT_MAX and requested >= max_replicas):
+    if requested > max_replicas:
         return Limit("TooManyReplicas", f"desired {requested} capped at maxReplicas {max_replicas}")
+    if limited_by == AT_MAX and requested >= max_replicas:
+        # The planner would grow it further; the range stops it (not a cap of a bigger count).
+        return Limit("TooManyReplicas", f"at maxReplicas {max_replicas}; the planner wants more")
     if 0 < requested < min_replicas:  # 0: a preemption, not raised
         return Limit("TooFewReplicas", f"desired {requested} raised to minReplicas {min_replicas}")
     if limited_by in CAPACITY_LIMITS:
