@@ -47,7 +47,7 @@ def _flower_auth(env_file: Path) -> str:
 def test_flower_shows_worker_and_autoscale_successes(embedded_run, chromium, tmp_path) -> None:
     run = embedded_run(duration=150)
     flower = run.wait_line(r"^Flower: (http://127\.0\.0\.1:\d+)$", timeout=90).group(1)
-    env_file = Path(run.wait_line(r"^CLI:    source (\S+);", timeout=60).group(1))
+    env_file = Path(run.wait_line(r"env file for `source`: (\S+) ", timeout=60).group(1))
     run.wait_line(r"^ready in ", timeout=60)
     auth = _flower_auth(env_file)
     with pytest.raises(urllib.error.HTTPError) as refused:
