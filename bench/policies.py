@@ -120,12 +120,17 @@ def sensitivity_variants() -> list[tuple[str, dict[str, Any]]]:
     defaults = GoodputParams()
     for name, info in GoodputParams.model_fields.items():
         value = getattr(defaults, name)
-        if name in NOT_TUNING or isinstance(value, bool) or not isinstance(value, int | float):
+        if (
+            name in NOT_TUNING
+            or isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or value == 0  # 0.75 x 0 = 1.25 x 0: nothing to vary
+        ):
             continue
         for factor in (0.75, 1.25):
             new: float | int = value * factor
             if isinstance(value, int):
-                new = max(1, round(new))
+                new = round(new)
             meta = info.metadata
             for bound in meta:
                 le = getattr(bound, "le", None)

@@ -57,6 +57,8 @@ def variant_family(
     family: str,
     base: Mapping[str, Sequence[WorkloadJob]],
     traces: Mapping[str, ApplicationTrace],
+    *,
+    long_job_s: float = LONG_JOB_S,
 ) -> dict[str, tuple[WorkloadJob, ...]]:
     """One variant of each base workload (label ``<family>/w<k>``)."""
     pool = [job for label in sorted(base) for job in base[label]]
@@ -75,7 +77,7 @@ def variant_family(
             rng = random.Random(2000 + seed)
 
             def is_long(job: WorkloadJob) -> bool:
-                return standalone_s(job, traces[job.application]) >= LONG_JOB_S
+                return standalone_s(job, traces[job.application]) >= long_job_s
 
             long_pool = [job for job in pool if is_long(job)]
             short = [i for i, job in enumerate(jobs) if not is_long(job)]
