@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler_core.curves import CurvePoint, add_point, packed_nodes
+from scheduler_core.curves import Curve, CurvePoint, add_point, packed_nodes
 from scheduler_core.models import ElasticJob, EpochReport
 from scheduler_core.policies.base import PolicyInput
 
@@ -52,6 +52,55 @@ class GoodputJob(BaseModel):
     # The last measurement of a mixed or spread-out epoch: used only while
     # nothing clean is known, to rank the job better than blind.
     provisional: CurvePoint | None = None
+    # Nodes its replicas ran on in the last reported epoch.
+    nodes: int | None = None
+
+
+class SpreadPoint(BaseModel):
+    """Measured slowdown of ``replicas`` spread over ``nodes`` nodes, against packed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replicas: int
+    nodes: int
+    factor: float
+    samples: int = 1
+
+
+def add_spread(points: list[SpreadPoint], sample: SpreadPoint, *, limit: int) -> list[SpreadPoint]:
+    """``points`` with one more slowdown folded in (mean per shape, newest kept)."""
+    old = next(
+        (p for p in points if (p.replicas, p.nodes) == (sample.replicas, sample.nodes)), None
+    )
+    rest = [p for p in points if p is not old]
+    if old is not None:
+        samples = min(old.samples, 15)
+        factor = (old.factor * samples + sample.factor) / (samples + 1)
+        sample = SpreadPoint(
+            replicas=sample.replicas, nodes=sample.nodes, factor=factor, samples=samples + 1
+        )
+    return [*rest, sample][-limit:]
+
+
+def spread_factor(
+    points: list[SpreadPoint], replicas: int, nodes: int, *, gpus_per_node: int, prior: float
+) -> float:
+    """Predicted slowdown of ``replicas`` on ``nodes`` nodes against packed.
+
+    Rule goodput.spread: 1 when packed; the measured factor for this shape
+    (below 1 too: some spreads beat packed); else the mean measured for this
+    application at other shapes, at least 1 (a spread that hurt one shape
+    hurts others); else ``1 + prior`` per extra node.
+    """
+    extra = nodes - packed_nodes(replicas, gpus_per_node)
+    if extra <= 0:
+        return 1.0
+    same = [p.factor for p in points if p.replicas == replicas and p.nodes == nodes]
+    if same:
+        return same[0]
+    if points:
+        return max(1.0, sum(p.factor for p in points) / len(points))
+    return 1.0 + prior * extra
 
 
 class GoodputApp(BaseModel):
@@ -66,6 +115,8 @@ class GoodputApp(BaseModel):
     total_from_epoch: int = 0
     epoch_units: float | None = None
     last_used: float = 0.0
+    # Slowdowns measured on spread placements (clean epochs on more nodes than needed).
+    spread: list[SpreadPoint] = Field(default_factory=list)
 
 
 def ingest_reports(
@@ -125,6 +176,7 @@ def _ingest_one(
         report.replicas, limits.gpus_per_node
     )
     provisional = book.provisional
+    spread = app.spread if app is not None else []
     if report.replicas > 0:
         seconds = report.epoch_time_s / units
         if clean and packed:
@@ -132,6 +184,15 @@ def _ingest_one(
             app_points = add_point(app_points, report.replicas, seconds, limit=limits.history)
         else:
             provisional = CurvePoint(replicas=report.replicas, seconds_per_unit=seconds)
+            packed_curve = Curve.from_points([app_points, points], threshold=1.0)
+            if clean and report.nodes is not None and packed_curve.known:
+                # Rule goodput.spread: learn what spreading cost, against the packed curve.
+                factor = seconds / packed_curve.unit_time(report.replicas)
+                spread = add_spread(
+                    spread,
+                    SpreadPoint(replicas=report.replicas, nodes=report.nodes, factor=factor),
+                    limit=2 * limits.history,
+                )
     if app_key is not None:
         old = app or GoodputApp()
         epoch_units = units if old.epoch_units is None else 0.8 * old.epoch_units + 0.2 * units
@@ -161,6 +222,7 @@ def _ingest_one(
                 total_from_epoch=from_epoch,
                 epoch_units=epoch_units,
                 last_used=now,
+                spread=spread,
             ),
         }
     new_book = book.model_copy(
@@ -171,6 +233,7 @@ def _ingest_one(
             "last_epoch_units": units,
             "points": points,
             "provisional": provisional,
+            "nodes": report.nodes if report.replicas > 0 else book.nodes,
         }
     )
     return new_book, apps

@@ -46,3 +46,21 @@ def node_friendly(size: int, gpus_per_node: int) -> int:
     while power * 2 <= size:
         power *= 2
     return power
+
+
+def most_allocated(size: int, free: dict[str, int]) -> dict[str, int]:
+    """Where kube-scheduler puts ``size`` new one-GPU pods (``free`` is updated).
+
+    The shipped scheduler config scores ``MostAllocated``: each pod goes to the
+    fullest node that still has a free GPU (ties: by name). This is the
+    placement the policy predicts before choosing a size.
+    """
+    placements: dict[str, int] = {}
+    for _ in range(size):
+        open_nodes = [n for n, f in free.items() if f > 0]
+        if not open_nodes:
+            break
+        name = min(open_nodes, key=lambda n: (free[n], n))
+        free[name] -= 1
+        placements[name] = placements.get(name, 0) + 1
+    return placements
