@@ -124,7 +124,8 @@ class GoodputParams(LoadCap):
 
     # Efficient size: the largest n with speedup(n)/n at least this. 0.9 (was
     # 0.8), issue 18: smaller sizes, more jobs running at once, on workloads
-    # 1-4 (0.873 -> 0.840 x tiresias) and on every generated family.
+    # 1-4 and on the generated families, chosen on all 20 workloads together
+    # (docs/simulator.md has the bench table).
     efficiency_threshold: float = Field(default=0.9, gt=0, le=1)
     # What a resize costs the job (checkpoint and restart), in seconds.
     restart_s: float = Field(default=30.0, ge=0)
