@@ -80,10 +80,11 @@ What it decides
   untouched. The placement itself (fewest nodes) is left to the runtime.
 
 What issue 18 measured (own simulator, Kubernetes-style placement, seed 0;
-``python -m bench.policies``): restarts per job fell from 1.55-2.52 to
-1.2-2.1 across workloads 1-4 and four generated families; average JCT
-relative to Tiresias stayed within noise of before (geomean 0.87-0.89 on
-1-4). The issue's targets (0.77x, 1.2 restarts) are not met: the remaining
+``python -m bench.policies``): restarts per job fell from 1.56-2.45 to
+0.82-1.88 across workloads 1-4 and four generated families; average JCT
+relative to Tiresias moved 0.874 -> 0.880 on 1-4 and improved by 0.02-0.03
+on three of the four families (0.830/0.883/0.800/0.787 ->
+0.800/0.866/0.797/0.755). The issue's targets (0.77x, 1.2 restarts) are not met: the remaining
 loss is mostly yolov3 waiting behind shorter jobs and then running spread
 (MostAllocated fills fragments first), and it moves by several percent with
 any parameter, a sign the ranking is near a tipping point on these traces.
