@@ -113,11 +113,19 @@ def raw_request(
     )
     response = api.call_api(*serialized)
     data = response.read()
-    return RawResponse(
-        response.status,
-        {key.lower(): value for key, value in response.headers.items()},
-        json.loads(data) if data else None,
-    )
+    headers = {key.lower(): value for key, value in response.headers.items()}
+    return RawResponse(response.status, headers, _decoded(data))
+
+
+def _decoded(data: bytes) -> Any:
+    """The JSON body, or None: kube-apiserver answers a path no group serves yet
+    with a plain-text 404 ("404 page not found"), not a Status."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _install(
