@@ -87,6 +87,22 @@ def _books(store: StateStore) -> GoodputState | None:
     return GoodputState.model_validate_json(raw) if raw else None
 
 
+def _wait_counted(
+    store: StateStore, totals: dict[str, int], *, epochs: int
+) -> dict[str, tuple[int, float]]:
+    """Each job's (epochs, iterations) in goodput's books once every job counts ``epochs``
+    and the inbox is drained."""
+
+    def counted() -> Any:  # the counts, or None while still waiting
+        books = _books(store)
+        if books is None or store.inbox_length("goodput"):
+            return None
+        seen = {job: (b.epochs_done, b.units_done) for job, b in books.jobs.items()}
+        return seen if all(seen.get(job, (0, 0))[0] == epochs for job in totals) else None
+
+    return wait_for(counted, timeout=60, what=f"all {epochs} epochs counted; books {_books(store)}")
+
+
 def test_kill9_mid_round_loses_and_double_counts_no_report(
     procs: Procs, client_app: Celery, redis_client: redis.Redis, store: StateStore
 ) -> None:
@@ -117,13 +133,6 @@ def test_kill9_mid_round_loses_and_double_counts_no_report(
         for job, iterations in _send(client_app, epoch).items():
             totals[job] += iterations
 
-    def counted() -> dict[str, tuple[int, float]] | None:
-        books = _books(store)
-        if books is None or store.inbox_length("goodput"):
-            return None
-        seen = {job: (b.epochs_done, b.units_done) for job, b in books.jobs.items()}
-        return seen if all(seen.get(job, (0, 0))[0] == 6 for job in totals) else None
-
-    seen = wait_for(counted, timeout=60, what=f"all 6 epochs counted; books {_books(store)}")
+    seen = _wait_counted(store, totals, epochs=6)
     assert seen == {job: (6, float(total)) for job, total in totals.items()}
     assert survivor.alive()

@@ -21,10 +21,10 @@ from tests.integration.conftest import PREFIX, Procs, wait_for
 from tests.integration.test_runtime_cluster_reports_kill import (
     GOODPUT_ENV,
     JOBS,
-    _books,
     _cluster,
     _paused,
     _send,
+    _wait_counted,
 )
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import StateStore
@@ -92,12 +92,5 @@ def test_redis_crash_mid_round_loses_and_double_counts_no_report(
         for job, iterations in _send_surely(settings, epoch).items():
             totals[job] += iterations
 
-    def counted() -> dict[str, tuple[int, float]] | None:
-        books = _books(store)
-        if books is None or store.inbox_length("goodput"):
-            return None
-        seen = {job: (b.epochs_done, b.units_done) for job, b in books.jobs.items()}
-        return seen if all(seen.get(job, (0, 0))[0] == 4 for job in totals) else None
-
-    seen = wait_for(counted, timeout=60, what=f"all 4 epochs counted; books {_books(store)}")
+    seen = _wait_counted(store, totals, epochs=4)
     assert seen == {job: (4, float(total)) for job, total in totals.items()}

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from starlette.types import ASGIApp
 
 from workers.api.app import create_app
 from workers.observability.logs import configure_logging
@@ -24,7 +25,11 @@ def api(
     """Serve the HTTP API (KubeML's routes, jobs, plan, queue, health, metrics)."""
     settings = get_settings()
     configure_logging(settings)
-    app = create_app(settings)
+    serve(create_app(settings), host=host, port=port)
+
+
+def serve(app: ASGIApp, *, host: str, port: int) -> None:
+    """uvicorn as every trainscaler listener runs it: the request log is the app's own."""
     uvicorn.run(
         app,
         host=host,

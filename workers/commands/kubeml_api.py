@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import uvicorn
 
 from workers.api.kubeml_compat import create_kubeml_app
+from workers.commands.api import serve
 from workers.observability.logs import configure_logging
 from workers.settings import get_settings
 
@@ -29,16 +29,7 @@ def kubeml_api(
     """Serve KubeML's scheduler routes (/train, /job, /infer, /finish, /health), no token."""
     settings = get_settings()
     configure_logging(settings)
-    app = create_kubeml_app(settings)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
+    serve(create_kubeml_app(settings), host=host, port=port)
 
 
 def register(app: typer.Typer) -> None:
