@@ -321,10 +321,10 @@ def test_metrics_show_scrape_time_gauges_and_this_process_counters(api_stack: Ap
     assert 'trainscaler_queue_depth{kind="celery",queue="events"}' in text
     assert "trainscaler_queue_oldest_age_seconds" in text
     assert "trainscaler_dead_letters " in text
-    assert "trainscaler_job_desired_replicas{job=" in text
+    assert "trainscaler_job_desired_replicas{job_key=" in text
     assert "trainscaler_api_requests_total" in text
     assert "trainscaler_state_up 1.0" in text
-    assert f'trainscaler_job_replicas{{job="{job}"}}' in text
+    assert f'trainscaler_job_replicas{{job_key="{job}"}}' in text
 
 
 def test_health_is_ok_with_redis_and_the_cluster(api_stack: ApiStack) -> None:

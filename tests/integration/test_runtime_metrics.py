@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -54,6 +55,20 @@ def scrape(url: str) -> Samples:
     }
 
 
+def scrape_until(
+    url: str, check: Callable[[Samples], bool], *, timeout: float, what: str
+) -> Samples:
+    """The first scrape of ``url`` that passes ``check`` (fails after ``timeout``)."""
+
+    def probe() -> Samples | None:
+        samples = scrape(url)
+        return samples if check(samples) else None
+
+    found = wait_for(probe, timeout=timeout, what=what)
+    assert found is not None
+    return found
+
+
 def sample(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
@@ -78,12 +93,9 @@ def test_an_autoscale_round_with_a_change_shows_in_the_workers_own_metrics(
     assert recorder.all_replicas()[JOB] == 3
 
     # The scale's counter is counted just after the applied target: wait for it.
-    samples = wait_for(
-        lambda: (
-            (s := scrape(url))
-            and sample(s, "trainscaler_scale_operations_total", result="scaled")
-            and s
-        ),
+    samples = scrape_until(
+        url,
+        lambda s: sample(s, "trainscaler_scale_operations_total", result="scaled") == 1,
         timeout=10,
         what="the scale counted",
     )
@@ -129,14 +141,12 @@ def test_a_prefork_worker_merges_its_children_and_forgets_dead_ones(
     for _ in range(4):
         client_app.send_task("trainscaler.noop").get(timeout=30)
 
-    def merged() -> Samples | None:
-        samples = scrape(url)
+    def merged(samples: Samples) -> bool:
         counted = sample(samples, "trainscaler_scale_operations_total", result="scaled") == 1
         # Two live children: the replaced ones' live gauges are gone (mark_process_dead).
-        live = sample(samples, "trainscaler_worker_pool_processes") == 2
-        return samples if counted and live else None
+        return counted and sample(samples, "trainscaler_worker_pool_processes") == 2
 
-    samples = wait_for(merged, timeout=30, what="children merged, dead ones forgotten")
+    samples = scrape_until(url, merged, timeout=30, what="children merged, dead ones forgotten")
     # Counted by children that have exited since (one task each): counters survive them.
     assert sample(samples, "trainscaler_autoscale_round_seconds_count") == 1
     assert sample(samples, "trainscaler_decisions_total", policy="edl", direction="up") == 1
@@ -165,6 +175,7 @@ def test_flower_serves_celery_task_metrics(procs: Procs, client_app) -> None:
         return samples if _noop(samples, "flower_events_total", type="task-succeeded") else None
 
     samples = wait_for(noop_counted, timeout=60, interval=0.5, what="Flower counting noop")
+    assert samples is not None
     assert _noop(samples, "flower_task_runtime_seconds_count") >= 1
     assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 401
 

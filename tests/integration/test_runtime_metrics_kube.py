@@ -19,7 +19,7 @@ from sim.apiserver import LoopbackApiServer
 from tests.integration.conftest import PREFIX, Procs, wait_for
 from tests.integration.replay import replay_throughput
 from tests.integration.test_kube_adapter import NS, create_workload
-from tests.integration.test_runtime_metrics import sample, scrape
+from tests.integration.test_runtime_metrics import sample, scrape_until
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS
@@ -110,12 +110,9 @@ def test_scaling_counts_kubernetes_requests_in_memory_with_no_redis_write(
         timeout=60,
         what=f"deployments at {expected}",
     )
-    samples = wait_for(
-        lambda: (
-            (s := scrape(url))
-            and sample(s, "trainscaler_scale_operations_total", result="scaled") == JOBS
-            and s
-        ),
+    samples = scrape_until(
+        url,
+        lambda s: sample(s, "trainscaler_scale_operations_total", result="scaled") == JOBS,
         timeout=20,
         what="every scale counted",
     )
@@ -140,9 +137,7 @@ def test_scaling_counts_kubernetes_requests_in_memory_with_no_redis_write(
     )
     assert kube_requests >= 2 * JOBS  # at least a read and a write per scale
     assert writes >= JOBS
-    assert (
-        sum(v for (n, _), v in samples.items() if n == "trainscaler_decisions_total") == JOBS
-    )
+    assert sum(v for (n, _), v in samples.items() if n == "trainscaler_decisions_total") == JOBS
     # Not one counter kept in Redis: no increment command, no key of the old counters.
     assert increments == dict.fromkeys(INCREMENTS, 0)
     assert not redis_client.keys(f"{PREFIX}metrics:*")

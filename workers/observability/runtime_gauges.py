@@ -4,7 +4,10 @@ Queue depths and oldest age, dead letters, per-job replicas and desired
 replicas describe the shared state, not one process: ``RuntimeCollector``
 reads them from Redis when Prometheus scrapes an API replica, so nothing is
 written to keep them. Every API replica reports the same values (the
-dashboard takes ``max`` across replicas, never ``sum``).
+dashboard takes ``max`` across replicas, never ``sum``). The per-job gauges
+label the job ``job_key`` (``namespace/name``): ``job`` is the label Prometheus
+gives every scraped target, and a metric's own ``job`` would be renamed
+``exported_job``.
 """
 
 from __future__ import annotations
@@ -96,12 +99,12 @@ class RuntimeCollector(Collector):
         replicas = GaugeMetricFamily(
             f"{NAMESPACE}_job_replicas",
             "Replicas of the newest applied scale per job.",
-            labels=("job",),
+            labels=("job_key",),
         )
         desired = GaugeMetricFamily(
             f"{NAMESPACE}_job_desired_replicas",
             "Replicas of the newest decision per job.",
-            labels=("job",),
+            labels=("job_key",),
         )
         for view in job_gauges(self._store):
             if view.replicas is not None:
