@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -156,7 +156,8 @@ class Settings(BaseSettings):
     # prometheus_client's multiprocess directory (its own variable, unprefixed): the
     # library reads it at import, so it must be set before the worker starts.
     prometheus_multiproc_dir: str | None = Field(
-        default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR"
+        default=None,
+        validation_alias=AliasChoices("prometheus_multiproc_dir", "PROMETHEUS_MULTIPROC_DIR"),
     )
 
     # --- Scope ---

@@ -3,12 +3,12 @@
 Celery signals drive it (``install_worker_exposition`` connects them; the app
 module calls it once):
 
-* ``worker_init`` (main process, before the pool forks): when
-  ``Settings.worker_metrics_port`` is set, serve ``/metrics`` there. With
+* ``worker_init`` (main process, before the pool forks): with
   ``PROMETHEUS_MULTIPROC_DIR`` set (prometheus_client's multiprocess mode; it
   must be in the environment before the process starts, an emptyDir in a pod)
-  the directory's files from an earlier run are removed first and the endpoint
-  merges every pool process's files; without it the endpoint serves this
+  the directory's files from an earlier run are removed. When
+  ``Settings.worker_metrics_port`` is set, ``/metrics`` is served there: the
+  merge of every pool process's files, or without the directory this
   process's default registry, which is right for the solo pool (the planner)
   and the threads pool only.
 * ``worker_process_init`` (each pool process; the main process for solo):
@@ -117,6 +117,10 @@ class WorkerExposition:
         return registry
 
     def on_worker_init(self, sender: Any = None, **_: Any) -> None:
+        if self._directory is not None:
+            # Before the pool forks: nothing has written to the directory in this run yet.
+            os.makedirs(self._directory, exist_ok=True)
+            remove_stale_files(self._directory)
         if not self.enabled:
             return
         if self._directory is None:
@@ -128,9 +132,6 @@ class WorkerExposition:
                     "%d pool processes are not exposed, only its main process's",
                     concurrency,
                 )
-        else:
-            os.makedirs(self._directory, exist_ok=True)
-            remove_stale_files(self._directory)
         self._server, self._thread = start_http_server(
             self._settings.worker_metrics_port,
             addr=self._settings.worker_metrics_address,
@@ -157,7 +158,7 @@ class WorkerExposition:
         self._processes.set(1)
 
     def on_process_shutdown(self, pid: int | None = None, **_: Any) -> None:
-        if self.enabled and self._directory is not None:
+        if self._directory is not None:
             dead = pid if pid is not None else os.getpid()
             mark_process_dead(dead, self._directory)  # type: ignore[no-untyped-call]
 
