@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from scheduler_core.models import ClusterResource, ElasticJob, EpochReport
+from scheduler_core.models import ClusterResource, ElasticJob
 
 
 class Clock(Protocol):
@@ -63,12 +63,6 @@ class QueueStore(Protocol):
     def ack(self, queue: str, item_id: str) -> None: ...
 
     def depths(self) -> dict[str, int]: ...
-
-
-class MetricsSource(Protocol):
-    """Where per-job throughput observations come from (KEDA-style scaler source)."""
-
-    def fetch(self, jobs: Sequence[str]) -> Sequence[EpochReport]: ...
 
 
 class TransientScaleError(Exception):

@@ -12,7 +12,6 @@ from typing import Any
 from workers.settings import Settings
 
 AUTOSCALE = "trainscaler.autoscale"
-FETCH_METRICS = "trainscaler.fetch_metrics"
 SWEEP_LEASES = "trainscaler.sweep_leases"
 
 
@@ -29,14 +28,11 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
     return {
         "autoscale": entry(AUTOSCALE, settings.autoscale_interval),
-        "fetch-metrics": entry(FETCH_METRICS, settings.metrics_interval),
         "sweep-leases": entry(SWEEP_LEASES, settings.lease_sweep_interval),
     }
 
 
 def redbeat_lock_timeout(settings: Settings) -> int:
     """How long a dead beat's lock blocks the other replica: a few ticks, at least 5 s."""
-    shortest = min(
-        settings.autoscale_interval, settings.metrics_interval, settings.lease_sweep_interval
-    )
+    shortest = min(settings.autoscale_interval, settings.lease_sweep_interval)
     return max(5, int(shortest * 5))

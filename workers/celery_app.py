@@ -5,7 +5,7 @@
   visibility timeout longer than the longest task run, so a killed worker's
   message is redelivered.
 * Three queues with routes, so a slow Kubernetes API never delays epoch
-  reports: ``control`` (autoscale, metrics, lease sweep, finish), ``events``
+  reports: ``control`` (autoscale, lease sweep, finish), ``events``
   (submit, report_epoch, schedule) and ``cluster-writes`` (scale).
 
 Start with the plain Celery CLI: ``celery -A workers worker``, ``celery -A
@@ -21,6 +21,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
 from workers.observability.logs import configure_logging
+from workers.observability.worker_exposition import install_worker_exposition
 from workers.settings import Settings, get_settings
 from workers.wiring import redis_ssl_options
 
@@ -30,7 +31,6 @@ CLUSTER_WRITES = "cluster-writes"
 
 TASK_ROUTES = {
     "trainscaler.autoscale": {"queue": CONTROL},
-    "trainscaler.fetch_metrics": {"queue": CONTROL},
     "trainscaler.sweep_leases": {"queue": CONTROL},
     "trainscaler.finish": {"queue": CONTROL},
     "trainscaler.noop": {"queue": CONTROL},
@@ -124,5 +124,7 @@ def _configure_logging(**_: Any) -> None:
 # Connected without the (untyped) decorator form; weak=False: a module function lives on.
 signals.setup_logging.connect(_configure_logging, weak=False)
 
+# A worker's per-pod /metrics (Settings.worker_metrics_port); other processes never start it.
+install_worker_exposition(get_settings())
 
 app = create_app(get_settings())

@@ -109,14 +109,7 @@ def schedule_flag_ttl(rt: Runtime) -> float:
     return max(rt.settings.lease_seconds, 5.0)
 
 
-# --- fetch_metrics / finish / sweep -------------------------------------------------------
-
-
-def fetch_metrics_once(rt: Runtime) -> int:
-    jobs = rt.store.job_names()
-    reports = list(rt.metrics_source.fetch(jobs))
-    rt.store.append_metrics(reports, keep=rt.settings.metrics_history)
-    return len(reports)
+# --- finish / sweep -----------------------------------------------------------------------
 
 
 def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
@@ -176,7 +169,6 @@ __all__ = [
     "apply_scale",
     "apply_scales",
     "autoscale_once",
-    "fetch_metrics_once",
     "finish_job",
     "free_after",
     "owner_id",

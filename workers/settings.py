@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -124,7 +124,6 @@ class Settings(BaseSettings):
 
     # --- Periodic work (Celery beat / RedBeat) ---
     autoscale_interval: float = Field(default=30.0, gt=0)
-    metrics_interval: float = Field(default=15.0, gt=0)
     lease_sweep_interval: float = Field(default=5.0, gt=0)
 
     # --- Policies ---
@@ -147,11 +146,19 @@ class Settings(BaseSettings):
 
     # --- Which adapters to use ---
     scaler: Literal["kubernetes", "recording"] = "kubernetes"
-    metrics_source: Literal["reports", "prometheus"] = "reports"
-    prometheus_url: str = "http://127.0.0.1:9090"
-    prometheus_query: str = 'avg(trainscaler_epoch_seconds{job="{job}"})'
-    prometheus_timeout: float = Field(default=5.0, gt=0)
+    # Epoch reports kept per job for the job views (GET /jobs/{id}).
     metrics_history: int = Field(default=100, ge=1)
+
+    # --- Worker metrics (issue 16, METRICS part; workers.observability.worker_exposition) ---
+    # The worker's main process serves /metrics here; 0: no listener.
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+    worker_metrics_address: str = "127.0.0.1"
+    # prometheus_client's multiprocess directory (its own variable, unprefixed): the
+    # library reads it at import, so it must be set before the worker starts.
+    prometheus_multiproc_dir: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("prometheus_multiproc_dir", "PROMETHEUS_MULTIPROC_DIR"),
+    )
 
     # --- Scope ---
     # The namespaces trainscaler reads jobs from and scales in, comma-separated

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from celery import Task
 from celery.exceptions import Reject
+from prometheus_client import REGISTRY
 from pydantic import BaseModel, ValidationError
 
 from scheduler_core.identity import JobKey
@@ -131,8 +132,12 @@ class FinishRequest(BaseModel):
 
 @lru_cache(maxsize=1)
 def runtime() -> Runtime:
-    """This worker process's adapters, built on first use."""
-    return Runtime(get_settings())
+    """This worker process's adapters, built on first use.
+
+    Its metrics go on prometheus_client's default registry: the one the worker's
+    endpoint serves (``workers.observability.worker_exposition``).
+    """
+    return Runtime(get_settings(), registry=REGISTRY)
 
 
 def _reject(rt: Runtime, task: str, payload: Any, error: str) -> dict[str, Any]:
@@ -267,11 +272,6 @@ def _backoff(rt: Runtime, retries: int) -> float:
 def autoscale(self: Task) -> dict[str, Any]:
     owner = f"{handlers.owner_id()}:{self.request.id}"
     return handlers.autoscale_once(runtime(), send_scale=_send_scale, owner=owner)
-
-
-@_task(name="trainscaler.fetch_metrics")
-def fetch_metrics() -> dict[str, Any]:
-    return {"reports": handlers.fetch_metrics_once(runtime())}
 
 
 @_task(name="trainscaler.finish")

@@ -16,16 +16,16 @@ from functools import cached_property
 from typing import Any
 
 import redis
+from prometheus_client import CollectorRegistry
 
-from scheduler_core.ports import Clock, ClusterReader, MetricsSource, ReplicaScaler
-from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
+from scheduler_core.ports import Clock, ClusterReader, ReplicaScaler
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
 from workers.deadletters import DeadLetters
-from workers.observability.metrics import MetricsRecorder
+from workers.observability.metrics import RuntimeMetrics
 from workers.settings import Settings
 
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
@@ -77,8 +77,8 @@ def build_redis(settings: Settings) -> redis.Redis:
     )
 
 
-def _kube_observer(metrics: MetricsRecorder | None) -> Callable[[str, int | str], None] | None:
-    """Counts every Kubernetes API request by verb and answer (``/metrics``)."""
+def _kube_observer(metrics: RuntimeMetrics | None) -> Callable[[str, int | str], None] | None:
+    """Counts every Kubernetes API request by verb and answer, in memory (``/metrics``)."""
     if metrics is None:
         return None
 
@@ -93,7 +93,7 @@ def build_scaler(
     *,
     client: redis.Redis,
     clock: Clock,
-    metrics: MetricsRecorder | None = None,
+    metrics: RuntimeMetrics | None = None,
 ) -> ReplicaScaler:
     """The replica scaler port: Kubernetes scale subresource, or the recording one."""
     if settings.scaler == "kubernetes":
@@ -107,7 +107,7 @@ def build_scaler(
 
 
 def build_cluster_reader(
-    settings: Settings, *, client: redis.Redis, metrics: MetricsRecorder | None = None
+    settings: Settings, *, client: redis.Redis, metrics: RuntimeMetrics | None = None
 ) -> ClusterReader:
     """The cluster reader port: Kubernetes, or the static description in Redis."""
     if settings.scaler == "kubernetes":
@@ -119,24 +119,20 @@ def build_cluster_reader(
     return StaticClusterReader(client, prefix=settings.redis_key_prefix)
 
 
-def build_metrics_source(settings: Settings, *, store: StateStore, clock: Clock) -> MetricsSource:
-    if settings.metrics_source == "prometheus":
-        return PrometheusSource(
-            url=settings.prometheus_url,
-            query_template=settings.prometheus_query,
-            store=store,
-            clock=clock,
-            timeout=settings.prometheus_timeout,
-        )
-    return PushedReportsSource(store)
-
-
 class Runtime:
     """Every adapter one worker process uses, built on first use."""
 
-    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.settings = settings
         self._clock = clock
+        # Where this runtime's in-process metrics register (a private registry by default).
+        self._registry = registry
 
     @cached_property
     def clock(self) -> Clock:
@@ -177,8 +173,8 @@ class Runtime:
         )
 
     @cached_property
-    def metrics(self) -> MetricsRecorder:
-        return MetricsRecorder(self.redis, prefix=self.settings.redis_key_prefix)
+    def metrics(self) -> RuntimeMetrics:
+        return RuntimeMetrics(self._registry or CollectorRegistry())
 
     @cached_property
     def faults(self) -> FaultInjector:
@@ -197,7 +193,3 @@ class Runtime:
     @cached_property
     def cluster_reader(self) -> ClusterReader:
         return build_cluster_reader(self.settings, client=self.redis, metrics=self.metrics)
-
-    @cached_property
-    def metrics_source(self) -> MetricsSource:
-        return build_metrics_source(self.settings, store=self.store, clock=self.clock)

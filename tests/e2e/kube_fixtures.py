@@ -347,7 +347,6 @@ def kube_env(*, redis_url: str, kubeconfig: Path, interval: float, load: float) 
         "TRAINSCALER_CLUSTER_POLICY": "edl",
         "TRAINSCALER_MAX_LOAD_DESIRED": str(load),
         "TRAINSCALER_AUTOSCALE_INTERVAL": str(interval),
-        "TRAINSCALER_METRICS_INTERVAL": "30",
         "TRAINSCALER_LEASE_SWEEP_INTERVAL": "30",
         "TRAINSCALER_KUBE_QPS": "500",
         "TRAINSCALER_KUBE_BURST": "500",

@@ -50,7 +50,6 @@ BASE_ENV = {
     "TRAINSCALER_RETRY_BACKOFF_BASE": "0.05",
     "TRAINSCALER_RETRY_BACKOFF_MAX": "0.5",
     "TRAINSCALER_AUTOSCALE_INTERVAL": "1",
-    "TRAINSCALER_METRICS_INTERVAL": "1",
     "TRAINSCALER_LEASE_SWEEP_INTERVAL": "1",
     # The static cluster's jobs are EDL's (ElasticJob's own default); goodput's tests set it.
     "TRAINSCALER_CLUSTER_POLICY": "edl",
@@ -139,12 +138,22 @@ class Procs:
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
         pool: str = "solo",
+        concurrency: int = 1,
+        extra_args: tuple[str, ...] = (),
+        heartbeat: bool = False,
     ) -> Proc:
+        # With neither gossip nor heartbeat a worker has no event dispatcher: Flower
+        # (heartbeat=True) can then not turn its task events on.
+        quiet = (
+            "--without-gossip",
+            "--without-mingle",
+            *(() if heartbeat else ("--without-heartbeat",)),
+        )
         proc = self._spawn(
             name,
             [
-                "worker", "--pool", pool, "--concurrency", "1", "--hostname", f"{name}@%h", "--loglevel", "info",
-                "--queues", queues, "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "worker", "--pool", pool, "--concurrency", str(concurrency), "--hostname", f"{name}@%h",
+                "--loglevel", "info", "--queues", queues, *quiet, *extra_args,
             ],
             extra_env,
         )  # fmt: skip
@@ -164,6 +173,12 @@ class Procs:
             ["beat", "--loglevel", "info", "--schedule", str(schedule), "--max-interval", "1"],
             extra_env,
         )
+
+    def flower(self, name: str, *, port: int, args: tuple[str, ...] = ()) -> Proc:
+        """Flower on this test's broker, on loopback ``port``."""
+        broker = f"--broker={self.env['TRAINSCALER_REDIS_URL']}"
+        flower_args = ["--address=127.0.0.1", f"--port={port}", *args]
+        return self._spawn(name, [broker, "flower", *flower_args], None)
 
     def stop_all(self) -> None:
         for proc in self.started:

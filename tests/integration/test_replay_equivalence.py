@@ -180,7 +180,6 @@ def replay_env(redis_url: str, redis_client: redis.Redis, cluster: Cluster) -> d
         # Rounds are triggered by the test, one per recorded round; beat runs
         # (leases, metrics) but never fires a round of its own.
         "TRAINSCALER_AUTOSCALE_INTERVAL": "1000000",
-        "TRAINSCALER_METRICS_INTERVAL": "30",
         "TRAINSCALER_LEASE_SWEEP_INTERVAL": "30",
         "TRAINSCALER_API_AUTH_DISABLED": "true",
     }

@@ -27,7 +27,6 @@ INTERVAL = 2.0
 BEAT_ENV = {
     "TRAINSCALER_LOG_FORMAT": "json",
     "TRAINSCALER_AUTOSCALE_INTERVAL": str(INTERVAL),
-    "TRAINSCALER_METRICS_INTERVAL": str(INTERVAL),
     "TRAINSCALER_LEASE_SWEEP_INTERVAL": str(INTERVAL),
 }
 SENDING = "Scheduler: Sending due task "
@@ -84,7 +83,7 @@ def test_killing_the_lock_holder_hands_beat_over_within_the_lock_timeout(
     per_entry: dict[str, list[float]] = defaultdict(list)
     for at, entry in sorted(before + after):
         per_entry[entry].append(at)
-    assert set(per_entry) == {"autoscale", "fetch-metrics", "sweep-leases"}
+    assert set(per_entry) == {"autoscale", "sweep-leases"}
     for entry, times in per_entry.items():
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         # Never twice in one interval (a tick of slack for the scheduler's loop).

@@ -1,23 +1,28 @@
-"""The runtime's metrics, end to end: a real worker runs an autoscale round that
-changes a job, and the collector the API's ``/metrics`` serves shows the round
-and the scale; a report of that EDL-managed job then scales nothing."""
+"""The runtime's metrics, end to end, scraped from each real process the Prometheus way.
+
+* A solo worker (the planner's shape) serves its own ``/metrics``: an autoscale
+  round that changes a job shows there as the round, the decision and the scale.
+* A prefork worker in multiprocess mode merges its children: counters survive a
+  child's exit, the live gauge of pool processes does not count dead children,
+  and a previous run's files are removed at start.
+* Celery's task metrics come from a real Flower process's ``/metrics``.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_core.models import ElasticJob, EpochReport, Resources
-from tests.integration.conftest import PREFIX, wait_for
-from workers.adapters.redis_queue import RedisSchedulerQueue
+from tests.integration.conftest import PREFIX, Procs, wait_for
+from workers.adapters.redis_server import free_port
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
-from workers.deadletters import DeadLetters
-from workers.observability.metrics import MetricsRecorder, RuntimeCollector
-from workers.wiring import SystemClock
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(150)
 
 JOB = "default/grow"
 
@@ -37,45 +42,68 @@ def _cluster() -> StaticCluster:
     )
 
 
-def _sample(registry: CollectorRegistry, name: str, labels: dict[str, str]) -> float:
-    value = registry.get_sample_value(name, labels)
-    return 0.0 if value is None else value
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def test_an_autoscale_round_with_a_change_shows_in_the_metrics(
+def scrape(url: str) -> Samples:
+    """Every sample at ``url`` (Prometheus text), keyed by name and sorted labels."""
+    text = httpx.get(url, timeout=10).raise_for_status().text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape_until(
+    url: str, check: Callable[[Samples], bool], *, timeout: float, what: str
+) -> Samples:
+    """The first scrape of ``url`` that passes ``check`` (fails after ``timeout``)."""
+
+    def probe() -> Samples | None:
+        samples = scrape(url)
+        return samples if check(samples) else None
+
+    found = wait_for(probe, timeout=timeout, what=what)
+    assert found is not None
+    return found
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _metrics_env(port: int, directory: Path | None = None) -> dict[str, str]:
+    env = {"TRAINSCALER_WORKER_METRICS_PORT": str(port)}
+    if directory is not None:
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    return env
+
+
+def test_an_autoscale_round_with_a_change_shows_in_the_workers_own_metrics(
     procs, client_app, redis_client, store, recorder
 ) -> None:
     StaticClusterReader(redis_client, prefix=PREFIX).store(_cluster())
-    procs.worker("w1")
+    port = free_port()
+    procs.worker("w1", extra_env=_metrics_env(port))
+    url = f"http://127.0.0.1:{port}/metrics"
     result = client_app.send_task("trainscaler.autoscale").get(timeout=30)
     assert result["ran"] is True and result["changes"] == 1
     wait_for(lambda: store.applied(JOB), timeout=30, what="the planned scale applied")
     assert recorder.all_replicas()[JOB] == 3
-    [applied] = recorder.applied_log()
-    assert applied["rule"] == store.decisions(JOB)[0].decision.reason.rule
-    assert applied["policy"] == "edl"
 
-    recorder_metrics = MetricsRecorder(redis_client, prefix=PREFIX)
-    registry = CollectorRegistry()
-    registry.register(
-        RuntimeCollector(
-            store=store,
-            queue=RedisSchedulerQueue(redis_client, prefix=PREFIX),
-            dead_letters=DeadLetters(redis_client, prefix=PREFIX, max_length=1000),
-            recorder=recorder_metrics,
-            clock=SystemClock(),
-        )
-    )
-    # The scale's counter is written just after the applied target: wait for it.
-    wait_for(
-        lambda: _sample(registry, "trainscaler_scale_operations_total", {"result": "scaled"}),
+    # The scale's counter is counted just after the applied target: wait for it.
+    samples = scrape_until(
+        url,
+        lambda s: sample(s, "trainscaler_scale_operations_total", result="scaled") == 1,
         timeout=10,
         what="the scale counted",
     )
-    assert _sample(registry, "trainscaler_autoscale_round_seconds_count", {}) >= 1
-    assert (
-        _sample(registry, "trainscaler_decisions_total", {"policy": "edl", "direction": "up"}) >= 1
-    )
+    assert sample(samples, "trainscaler_autoscale_round_seconds_count") == 1
+    assert sample(samples, "trainscaler_decisions_total", policy="edl", direction="up") == 1
+    assert sample(samples, "trainscaler_worker_pool_processes") == 1
+    # Nothing about them is kept in Redis: no key of the old Redis-backed counters.
+    assert not redis_client.keys(f"{PREFIX}metrics:*")
 
     # The EDL-managed job reports an epoch: kept, but throughput must not rescale it.
     report = EpochReport(job=JOB, replicas=3, epoch=0)
@@ -87,20 +115,78 @@ def test_an_autoscale_round_with_a_change_shows_in_the_metrics(
     assert recorder.all_replicas()[JOB] == 3 and len(recorder.applied_log()) == 1
 
 
-def test_batches_count_each_outcome_once(redis_client) -> None:
-    recorder = MetricsRecorder(redis_client, prefix="batch-counts:")
-    recorder.record_scale("scaled")
-    recorder.record_scales(["scaled", "unchanged", "scaled"])
-    recorder.record_scales([])
-    recorder.record_decision(policy="edl", direction="up")
-    recorder.record_decisions([("edl", "up"), ("throughput", "down"), ("edl", "up")])
-    counters = {
-        tuple(json.loads(field)[1].values()): float(value)
-        for field, value in redis_client.hgetall(recorder.counters_key).items()
-    }
-    assert counters == {
-        ("scaled",): 3.0,
-        ("unchanged",): 1.0,
-        ("up", "edl"): 3.0,
-        ("down", "throughput"): 1.0,
-    }
+def test_a_prefork_worker_merges_its_children_and_forgets_dead_ones(
+    procs: Procs, client_app, redis_client, store, tmp_path: Path
+) -> None:
+    StaticClusterReader(redis_client, prefix=PREFIX).store(_cluster())
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    # A previous container's file in the pod's emptyDir: unreadable, so a scrape
+    # that merged it would fail. The worker removes it before its children start.
+    (directory / "counter_4242.db").write_bytes(b"left over by an earlier run")
+    port = free_port()
+    worker = procs.worker(
+        "pf",
+        pool="prefork",
+        concurrency=2,
+        # Every child exits after one task: children come and go during the test.
+        extra_args=("--max-tasks-per-child", "1"),
+        extra_env=_metrics_env(port, directory),
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert not (directory / "counter_4242.db").exists()
+
+    assert client_app.send_task("trainscaler.autoscale").get(timeout=30)["changes"] == 1
+    wait_for(lambda: store.applied(JOB), timeout=30, what="the planned scale applied")
+    for _ in range(4):
+        client_app.send_task("trainscaler.noop").get(timeout=30)
+
+    def merged(samples: Samples) -> bool:
+        counted = sample(samples, "trainscaler_scale_operations_total", result="scaled") == 1
+        # Two live children: the replaced ones' live gauges are gone (mark_process_dead).
+        return counted and sample(samples, "trainscaler_worker_pool_processes") == 2
+
+    samples = scrape_until(url, merged, timeout=30, what="children merged, dead ones forgotten")
+    # Counted by children that have exited since (one task each): counters survive them.
+    assert sample(samples, "trainscaler_autoscale_round_seconds_count") == 1
+    assert sample(samples, "trainscaler_decisions_total", policy="edl", direction="up") == 1
+    pids_with_files = {p.stem.rsplit("_", 1)[1] for p in directory.glob("*.db")}
+    assert len(pids_with_files) >= 3, pids_with_files  # more children than are alive now
+    live_files = list(directory.glob("gauge_livesum_*.db"))
+    assert len(live_files) == 2, live_files
+    assert worker.alive()
+
+
+def test_flower_serves_celery_task_metrics(procs: Procs, client_app) -> None:
+    procs.worker("fw", heartbeat=True)  # as deployed: its event dispatcher exists
+    port = free_port()
+    # Flower as deployed: basic auth on its UI; its /metrics is scraped without credentials.
+    flower = procs.flower("flower", port=port, args=("--basic-auth=ops:secret",))
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def noop_counted() -> Samples | None:
+        assert flower.alive(), flower.log_text()[-3000:]
+        # Flower turns task events on by broadcast once it runs: keep sending until it counts.
+        client_app.send_task("trainscaler.noop").get(timeout=30)
+        try:
+            samples = scrape(url)
+        except httpx.HTTPError:
+            return None  # not listening yet
+        return samples if _noop(samples, "flower_events_total", type="task-succeeded") else None
+
+    samples = wait_for(noop_counted, timeout=60, interval=0.5, what="Flower counting noop")
+    assert samples is not None
+    assert _noop(samples, "flower_task_runtime_seconds_count") >= 1
+    assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 401
+
+
+def _noop(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name`` for trainscaler.noop on worker fw (Flower labels it fw@<host>)."""
+    return sum(
+        value
+        for (sample_name, pairs), value in samples.items()
+        if sample_name == name
+        and ("task", "trainscaler.noop") in pairs
+        and dict(pairs).get("worker", "").startswith("fw@")
+        and all((k, v) in pairs for k, v in labels.items())
+    )

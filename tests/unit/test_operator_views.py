@@ -52,7 +52,6 @@ def test_every_report_is_in_the_history_with_its_epoch_number(rt: Runtime) -> No
     handlers.accept_report(rt, {"job": job, "replicas": 2, "epoch": 7, "epoch_time_s": 9.0})
     handlers.accept_report(rt, {"job": job, "replicas": 2, "epoch_time_s": 8.0})
     handlers.schedule_once(rt, send_scales=lambda _: None)
-    handlers.fetch_metrics_once(rt)  # samples the newest report: not a second entry
     history = [(r.epoch, r.epoch_time_s) for r in rt.store.metrics(job)]
     assert history == [(8, 8.0), (7, 9.0), (3, 15.0), (2, 20.0), (1, 30.0)]
     epochs = [e.epoch for e in job_detail(rt, job).recent_epochs]

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from scheduler_core.models import ElasticJob, EpochReport, Resources
-from tests.unit.runtime_fixtures import FixedClock, rt, server
+from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
-from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
@@ -106,56 +101,6 @@ def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None
     assert isinstance(unclamped, int) and unclamped > clamped[0].target == 1
     # Held back by the clamp, the job never went past the one replica it started with.
     assert [c.target for c in sent] == [1]
-
-
-def test_pushed_reports_source_reads_newest_decided_report(rt: Runtime) -> None:
-    handlers.accept_report(rt, {"job": "default/m", "replicas": 2, "epoch": 0})
-    handlers.accept_report(rt, {"job": "default/m", "replicas": 2, "epoch": 1, "epoch_time_s": 3.0})
-    handlers.schedule_once(rt, send_scales=lambda _: None)
-    reports = PushedReportsSource(rt.store).fetch(["default/m", "default/none"])
-    assert [(r.job, r.epoch) for r in reports] == [("default/m", 1)]
-    assert handlers.fetch_metrics_once(rt) == 1
-    assert [r.epoch for r in rt.store.metrics("default/m")] == [1]
-
-
-class _Prometheus(BaseHTTPRequestHandler):
-    queries: list[str] = []
-
-    def do_GET(self) -> None:
-        query = parse_qs(urlparse(self.path).query)["query"][0]
-        self.queries.append(query)
-        value: list[Any] = [] if "missing" in query else [{"value": [0, "12.5"]}]
-        body = json.dumps({"status": "success", "data": {"result": value}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-def test_prometheus_source_queries_per_job(rt: Runtime) -> None:
-    http = HTTPServer(("127.0.0.1", 0), _Prometheus)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        source = PrometheusSource(
-            url=f"http://127.0.0.1:{http.server_address[1]}",
-            query_template='avg(epoch_seconds{job="{job}"})',
-            store=rt.store,
-            clock=FixedClock(5.0),
-        )
-        reports = source.fetch(["default/a", "default/missing"])
-        assert [(r.job, r.epoch_time_s, r.at) for r in reports] == [("default/a", 12.5, 5.0)]
-        assert _Prometheus.queries[-2:] == [
-            'avg(epoch_seconds{job="default/a"})',
-            'avg(epoch_seconds{job="default/missing"})',
-        ]
-    finally:
-        http.shutdown()
-        http.server_close()
-        thread.join(timeout=5)
 
 
 def test_pop_many_takes_each_job_once_in_order(rt: Runtime) -> None:

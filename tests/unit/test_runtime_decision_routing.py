@@ -19,7 +19,6 @@ from workers import handlers
 from workers.adapters.recording_scaler import RecordingScaler
 from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
-from workers.observability.metrics import AUTOSCALE_ROUND, AUTOSCALE_ROUND_BUCKETS
 from workers.wiring import Runtime
 
 __all__ = ["rt", "server"]  # fixtures used by name
@@ -145,7 +144,13 @@ def test_a_report_of_a_submitted_job_is_decided_by_its_policy(rt: Runtime) -> No
 def test_autoscale_records_its_plan_and_round_time(rt: Runtime) -> None:
     _cluster(rt, cpu_milli=3000)
     handlers.autoscale_once(rt, send_scale=lambda _: None, owner="test")
-    buckets, _ = rt.metrics.histogram(AUTOSCALE_ROUND, AUTOSCALE_ROUND_BUCKETS)
-    assert buckets[-1] == ("+Inf", 1.0)
-    decisions = rt.metrics.counters()["decisions"]
-    assert decisions == [({"direction": "up", "policy": "edl"}, 1.0)]
+    registry = rt.metrics.registry
+    assert registry.get_sample_value("trainscaler_autoscale_round_seconds_count") == 1.0
+    decided = {
+        (sample.labels["policy"], sample.labels["direction"]): sample.value
+        for family in registry.collect()
+        if family.name == "trainscaler_decisions"
+        for sample in family.samples
+        if sample.name == "trainscaler_decisions_total"
+    }
+    assert decided == {("edl", "up"): 1.0}

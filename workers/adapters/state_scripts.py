@@ -108,8 +108,7 @@ return current
 """
 
 # KEYS: metrics list. ARGV: report JSON, how many to keep. A report equal to
-# the newest entry is not added twice (pushed reports are also sampled by
-# fetch_metrics).
+# the newest entry is not added twice (a redelivered report_epoch).
 APPEND_METRIC = r"""
 if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then return 0 end
 redis.call('LPUSH', KEYS[1], ARGV[1])

@@ -1,8 +1,8 @@
 """The API's application factory: ``create_app(settings) -> FastAPI``.
 
 Composes the runtime's adapters (``workers.wiring.Runtime``), the Celery
-producer, an explicit Prometheus ``CollectorRegistry`` (runtime metrics read
-from Redis at scrape time plus this process's request metrics), the
+producer, an explicit Prometheus ``CollectorRegistry`` (state gauges read
+from Redis at scrape time plus this process's request and runtime counters), the
 middleware, the error handlers and the routers. Nothing is read from the
 environment here: settings come in.
 """
@@ -22,7 +22,8 @@ from workers.api.errors import install_error_handlers
 from workers.api.health import default_probes
 from workers.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from workers.client import CeleryClient
-from workers.observability.metrics import ApiMetrics, MetricsRecorder, RuntimeCollector
+from workers.observability.metrics import ApiMetrics
+from workers.observability.runtime_gauges import RuntimeCollector
 from workers.settings import Settings
 from workers.wiring import Runtime
 
@@ -56,11 +57,12 @@ def create_app(
             store=rt.store,
             queue=rt.queue,
             dead_letters=rt.dead_letters,
-            recorder=MetricsRecorder(rt.redis, prefix=settings.redis_key_prefix),
             clock=rt.clock,
             celery_broker=rt.redis,
         )
     )
+    # This process's own runtime counters (e.g. the Kubernetes requests its views make).
+    registry.register(rt.metrics.registry)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

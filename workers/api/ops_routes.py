@@ -52,6 +52,6 @@ async def health(ctx: Ctx) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 async def metrics(ctx: Ctx) -> Response:
-    """Prometheus text format: cluster-wide runtime metrics and this API's own."""
+    """Prometheus text format: state gauges read from Redis now, and this API process's counters."""
     body = await run_in_threadpool(generate_latest, ctx.registry)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)

@@ -119,7 +119,6 @@ def _plan(
     updates: dict[str, Any] = {
         "scaler": "kubernetes",
         "autoscale_interval": autoscale_interval,
-        "metrics_interval": max(autoscale_interval, 1.0),
         "api_auth_disabled": False,
         "api_token": base.api_token or secrets.token_urlsafe(24),
         "flower_basic_auth": base.flower_basic_auth or f"admin:{secrets.token_urlsafe(18)}",
