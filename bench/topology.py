@@ -241,9 +241,11 @@ def planner_child(kubeconfig: str, *, rounds: int, recount: bool) -> dict[str, A
         }
     if recount:
         began = time.perf_counter()
-        cluster, jobs = _recount_round(adapter, settings)
+        recounted, recounted_jobs = _recount_round(adapter, settings)
         out["recount_s"] = time.perf_counter() - began
-        out["recount_agrees"] = cluster == reader.inquire() and jobs == list(reader.elastic_jobs())
+        out["recount_agrees"] = recounted == reader.inquire() and recounted_jobs == list(
+            reader.elastic_jobs()
+        )
     out["rss_mb_after_rounds"] = _rss_mb()
     adapter.close()
     return out
