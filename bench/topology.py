@@ -195,7 +195,9 @@ def planner_child(kubeconfig: str, *, rounds: int, recount: bool) -> dict[str, A
 
     requests: Counter[str] = Counter()
     rss_before = _rss_mb()
-    settings = Settings(kubeconfig=kubeconfig, kube_qps=1000, kube_burst=1000)
+    settings = Settings(
+        kubeconfig=kubeconfig, kube_qps=1000, kube_burst=1000, kube_cache_sync_timeout=900
+    )
     adapter = KubeAdapter(settings, observe=lambda verb, code: requests.update([verb]))
     reader = adapter.cluster_reader()
     started = time.perf_counter()
