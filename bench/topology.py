@@ -31,17 +31,18 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.topology_planner import rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACES = tuple(f"team-{i}" for i in range(10))
@@ -52,13 +53,6 @@ RSS_TOLERANCE = 0.10
 
 
 # --- filling the server --------------------------------------------------------------
-
-
-def _rss_mb(pid: int | str = "self") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _children(pid: int) -> list[int]:
@@ -149,114 +143,10 @@ def fill(server: Any, *, nodes: int, jobs: int) -> None:
 # --- the planner child ------------------------------------------------------------------
 
 
-def _recount_round(adapter: Any, settings: Any) -> tuple[Any, list[Any]]:
-    """The reader's round before the incremental index: every pod, every round."""
-    from scheduler_core.accounting import inquire
-    from workers.adapters.kubernetes.jobs import (
-        elastic_job,
-        namespace_and_name,
-        pods_of,
-        view_of_workload,
-    )
-    from workers.adapters.kubernetes.kinds import DEPLOYMENTS, ELASTICJOBS, NODES, PODS
-
-    cache = adapter.cache
-    pods = cache.informer(PODS).list()
-    cluster = inquire(cache.informer(NODES).list(), pods, gpu_resource=settings.gpu_resource)
-    by_namespace: dict[str, list[Any]] = defaultdict(list)
-    for pod in pods:
-        by_namespace[namespace_and_name(pod)[0]].append(pod)
-    jobs = []
-    for resource in sorted(cache.informer(ELASTICJOBS).list(), key=namespace_and_name):
-        namespace, name = namespace_and_name(resource)
-        workload = cache.informer(DEPLOYMENTS).get(namespace, name)
-        if workload is None:
-            continue
-        view = view_of_workload(workload)
-        target_pods = pods_of(view, namespace, by_namespace[namespace])
-        jobs.append(
-            elastic_job(
-                resource,
-                view,
-                target_pods,
-                gpu_resource=settings.gpu_resource,
-                default_policy=settings.cluster_policy,
-            )
-        )
-    return cluster, jobs
-
-
-def planner_child(kubeconfig: str, *, rounds: int, recount: bool) -> dict[str, Any]:
-    from scheduler_core.policies.base import PolicyInput
-    from scheduler_core.registry import decide, load_state
-    from workers.adapters.kubernetes import KubeAdapter
-    from workers.scaling import cluster_params
-    from workers.settings import Settings
-
-    requests: Counter[str] = Counter()
-    rss_before = _rss_mb()
-    settings = Settings(
-        kubeconfig=kubeconfig, kube_qps=1000, kube_burst=1000, kube_cache_sync_timeout=900
-    )
-    adapter = KubeAdapter(settings, observe=lambda verb, code: requests.update([verb]))
-    reader = adapter.cluster_reader()
-    started = time.perf_counter()
-    reader.inquire()  # starts the cache and waits for every first LIST
-    sync_s = time.perf_counter() - started
-    at_start = dict(requests)
-    out: dict[str, Any] = {
-        "sync_s": sync_s,
-        "requests_at_start": at_start,
-        "rss_mb_after_sync": _rss_mb(),
-        "rss_mb_before": rss_before,
-    }
-    for policy in ("goodput", "edl"):
-        state = load_state(policy, None)
-        times = []
-        steady_requests = []
-        planned = 0
-        for _ in range(rounds):
-            before = sum(requests.values())
-            began = time.perf_counter()
-            jobs = tuple(reader.elastic_jobs())
-            cluster = reader.inquire()
-            # As autoscale_once: the cluster policy plans the jobs that are its own.
-            candidates = tuple(
-                j for j in jobs if j.policy == policy or (policy == "edl" and j.policy == "goodput")
-            )
-            result = decide(
-                policy,
-                PolicyInput(jobs=candidates, cluster=cluster, now=time.time()),
-                state=state,
-                params=cluster_params(policy, settings),
-            )
-            state = result.state
-            times.append(time.perf_counter() - began)
-            steady_requests.append(sum(requests.values()) - before)
-            planned = len(candidates)
-        out[policy] = {
-            "first_round_s": times[0],
-            "steady_round_s": statistics.median(times[1:]) if len(times) > 1 else times[0],
-            "requests_per_steady_round": max(steady_requests[1:], default=steady_requests[0]),
-            "jobs": len(jobs),
-            "planned": planned,
-        }
-    if recount:
-        began = time.perf_counter()
-        recounted, recounted_jobs = _recount_round(adapter, settings)
-        out["recount_s"] = time.perf_counter() - began
-        out["recount_agrees"] = recounted == reader.inquire() and recounted_jobs == list(
-            reader.elastic_jobs()
-        )
-    out["rss_mb_after_rounds"] = _rss_mb()
-    adapter.close()
-    return out
-
-
 def run_planner(server: Any, kubeconfig: Path, *, rounds: int, recount: bool) -> dict[str, Any]:
     watches_before = _watches(server)
     done = subprocess.run(
-        [sys.executable, "-m", "bench.topology", "--planner-child", str(kubeconfig),
+        [sys.executable, "-m", "bench.topology_planner", str(kubeconfig),
          "--rounds", str(rounds), *(["--recount"] if recount else [])],
         cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
@@ -358,7 +248,7 @@ def run_workers(
             _wait_done(log, len(results), timeout=120)
             time.sleep(1.0)  # let any watch a worker opened reach the server
             pids = [pid, *_children(pid)]
-            rss = tuple(_rss_mb(p) for p in pids)
+            rss = tuple(rss_mb(p) for p in pids)
             watches = _watches(server) - watches_before
     finally:
         app.close()
@@ -396,14 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=100, help="jobs at every size")
     parser.add_argument("--big-jobs", type=int, default=10_000, help="jobs at the largest size")
     parser.add_argument("--workers", default="1,2,4", help="scale-worker concurrencies")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--planner-child", metavar="KUBECONFIG", help=argparse.SUPPRESS)
-    parser.add_argument("--recount", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    if args.planner_child:
-        figures = planner_child(args.planner_child, rounds=args.rounds, recount=args.recount)
-        print(json.dumps(figures))
-        return 0
     sizes = [20, 200] if args.quick else [int(x) for x in args.nodes.split(",")]
     big_jobs = 400 if args.quick else args.big_jobs
     concurrencies = [int(x) for x in args.workers.split(",")]
@@ -452,20 +336,21 @@ def report(
     print("planner (one process, from the cache)")
     print(
         f"{'nodes':>6} {'pods':>7} {'jobs':>6} {'LISTs':>6} {'watches':>7} {'RSS MB':>7} "
-        f"{'goodput s':>9} {'edl s':>7} {'req/round':>9} {'recount s':>9} {'ratio':>6}"
+        f"{'read s':>7} {'goodput s':>9} {'edl s':>7} {'req/round':>9} {'recount s':>9} {'ratio':>6}"
     )
     for (nodes, jobs), f in planner.items():
         lists = f["requests_at_start"].get("GET", 0)
         recount = f.get("recount_s")
         goodput = f["goodput"]["steady_round_s"]
+        read = f["goodput"]["steady_read_s"]
         requests = max(
             f["goodput"]["requests_per_steady_round"], f["edl"]["requests_per_steady_round"]
         )
         print(
             f"{nodes:>6} {nodes * PODS_PER_NODE:>7} {jobs:>6} {lists:>6} {f['watches_at_server']:>7} "
-            f"{f['rss_mb_after_sync']:>7.0f} {goodput:>9.3f} {f['edl']['steady_round_s']:>7.3f} "
+            f"{f['rss_mb_after_sync']:>7.0f} {read:>7.3f} {goodput:>9.3f} {f['edl']['steady_round_s']:>7.3f} "
             f"{requests:>9} {f'{recount:.3f}' if recount else '-':>9} "
-            f"{f'{recount / goodput:.0f}x' if recount else '-':>6}"
+            f"{f'{recount / read:.0f}x' if recount else '-':>6}"
             f"{'' if f.get('recount_agrees', True) else '  RECOUNT DISAGREES'}"
         )  # fmt: skip
     print()

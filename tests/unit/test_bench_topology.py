@@ -14,6 +14,7 @@ SMALL, LARGE = 100, 5000
 def planner_figures(*, round_s: float = 0.2, requests: int = 0) -> dict[str, Any]:
     policy = {
         "steady_round_s": round_s,
+        "steady_read_s": round_s / 2,
         "first_round_s": round_s,
         "requests_per_steady_round": requests,
     }
