@@ -37,16 +37,17 @@ from scheduler_core.models import DEFAULT_GPU_RESOURCE, ClusterResource, NodeRes
 from scheduler_core.quantities import to_mega, to_milli, to_units
 
 _ZERO = Fraction(0)
+_MAX_SHAPES = 4096
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Node:
     name: str
     allocatable: ResourceList
     offers_room: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Pod:
     node_name: str
     requests: ResourceList
@@ -80,6 +81,8 @@ class ClusterLedger:
         self._bound: dict[str, dict[str, Fraction]] = {}
         # node name -> (idle cpu milli, free memory mega, free gpus), for nodes whose sums held still
         self._room: dict[str, tuple[int, int, int]] = {}
+        # One dict per distinct resource list: the replicas of a job all request the same.
+        self._shapes: dict[frozenset[tuple[str, Fraction]], ResourceList] = {}
 
     # --- nodes ---------------------------------------------------------------
 
@@ -122,9 +125,19 @@ class ClusterLedger:
             return  # EDL: a Succeeded/Failed pod holds nothing
         spec = pod.get("spec")
         node_name = str((spec.get("nodeName") if isinstance(spec, Mapping) else None) or "")
-        entry = _Pod(node_name=node_name, requests=pod_requests(pod), limits=pod_limits(pod))
+        entry = _Pod(
+            node_name=node_name,
+            requests=self._shared(pod_requests(pod)),
+            limits=self._shared(pod_limits(pod)),
+        )
         self._pods[key] = entry
         self._count(entry, 1)
+
+    def _shared(self, resources: ResourceList) -> ResourceList:
+        """The one stored copy of ``resources`` (read only: never mutated)."""
+        if len(self._shapes) >= _MAX_SHAPES:
+            self._shapes.clear()  # bounded: sharing is only a saving
+        return self._shapes.setdefault(frozenset(resources.items()), resources)
 
     def remove_pod(self, key: str) -> None:
         entry = self._pods.pop(key, None)

@@ -32,7 +32,7 @@ JsonObject = Mapping[str, Any]
 Bucket = tuple[Any, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class _Pod:
     namespace: Any
     labels: Any
