@@ -116,7 +116,13 @@ from scheduler_core.models import (
     ScalingDecision,
     ScalingPlan,
 )
-from scheduler_core.node_packing import most_allocated, node_friendly, packable, take_packed
+from scheduler_core.node_packing import (
+    FreeGpus,
+    most_allocated,
+    node_friendly,
+    packable,
+    take_packed,
+)
 from scheduler_core.policies.base import LoadCap, PolicyInput, PolicyResult, PolicyState
 
 
@@ -323,9 +329,9 @@ def _allocate(
         return (rank_s, plan.book.arrival, plan.job.key)
 
     order = sorted((p for p in plans if not p.job.paused), key=key)
-    free = dict(node_free)
+    free = FreeGpus(node_free)
     # Free GPUs that no job holds now: the only room an unknown job may take.
-    unclaimed = sum(free.values())
+    unclaimed = free.total()
     for rank, plan in enumerate(order):
         plan.rank = rank
         plan.order_s = key(plan)[0]
@@ -377,7 +383,7 @@ def _allocate(
 
 
 def _start_shape(
-    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+    plan: _Plan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> int:
     """Rule goodput.shape: the start size whose predicted placement finishes first.
 
@@ -388,7 +394,7 @@ def _start_shape(
     """
     best_size, best_s = size, math.inf
     for candidate in range(max(plan.job.min_replicas, 1), size + 1):
-        nodes = len(most_allocated(candidate, dict(free)))
+        nodes = free.fill_nodes(candidate)
         factor = spread_factor(
             plan.spread, candidate, nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
         )

@@ -13,7 +13,7 @@ import pytest
 from scheduler_core.curves import CurvePoint
 from scheduler_core.goodput_books import GoodputApp, GoodputJob, SpreadPoint, spread_factor
 from scheduler_core.models import EpochReport
-from scheduler_core.node_packing import most_allocated
+from scheduler_core.node_packing import FreeGpus, most_allocated
 from scheduler_core.policies.base import PolicyInput
 from scheduler_core.policies.goodput import GoodputParams, GoodputState
 from scheduler_core.registry import decide
@@ -56,8 +56,9 @@ def test_spread_factor(
 def test_most_allocated_prediction(
     size: int, free: dict[str, int], expected: dict[str, int], left: dict[str, int]
 ) -> None:
-    assert most_allocated(size, free) == expected
-    assert free == left
+    room = FreeGpus(free)
+    assert most_allocated(size, room) == expected
+    assert room.as_dict() == left
 
 
 def _state(

@@ -15,6 +15,7 @@ import threading
 
 from kubernetes import client as k8s_client
 
+from scheduler_core.models import DEFAULT_GPU_RESOURCE
 from scheduler_core.ports import Clock
 from workers.adapters.kubernetes.autoscaler import Autoscaler, RoundResult
 from workers.adapters.kubernetes.cache import (
@@ -24,6 +25,7 @@ from workers.adapters.kubernetes.cache import (
     ClusterCache,
     Informer,
     ScopedInformer,
+    StoreListener,
     Watched,
 )
 from workers.adapters.kubernetes.client import (
@@ -33,6 +35,7 @@ from workers.adapters.kubernetes.client import (
     WallClock,
     build_kube_client,
 )
+from workers.adapters.kubernetes.cluster_index import ClusterIndex
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, install_crd
 from workers.adapters.kubernetes.kinds import (
     ELASTICJOBS,
@@ -67,14 +70,21 @@ def build_cache(
     namespaces: tuple[str, ...] = (),
     watch_timeout_seconds: int = 300,
     backoff: Backoff | None = None,
+    gpu_resource: str = DEFAULT_GPU_RESOURCE,
 ) -> ClusterCache:
     """Informers for nodes, live pods (cluster-wide, read-only: they all use
     capacity), ElasticJobs and the workload kinds a job may target (watched
-    only in ``namespaces``; every namespace when empty)."""
+    only in ``namespaces``; every namespace when empty). The node and pod
+    informers feed the cache's ``ClusterIndex``."""
     delays = backoff or Backoff()
+    index = ClusterIndex(gpu_resource=gpu_resource)
 
     def informer(
-        kind: ResourceKind, *, scope: str | None = None, fields: str | None = None
+        kind: ResourceKind,
+        *,
+        scope: str | None = None,
+        fields: str | None = None,
+        listener: StoreListener | None = None,
     ) -> Informer:
         return Informer(
             client,
@@ -83,6 +93,7 @@ def build_cache(
             field_selector=fields,
             watch_timeout_seconds=watch_timeout_seconds,
             backoff=delays,
+            listener=listener,
         )
 
     def scoped(kind: ResourceKind) -> Watched:
@@ -94,11 +105,12 @@ def build_cache(
 
     return ClusterCache(
         [
-            informer(NODES),
-            informer(PODS, fields=NON_TERMINATED_PODS),
+            informer(NODES, listener=index.node_listener),
+            informer(PODS, fields=NON_TERMINATED_PODS, listener=index.pod_listener),
             scoped(ELASTICJOBS),
             *(scoped(kind) for kind in WATCHED_TARGETS),
-        ]
+        ],
+        index=index,
     )
 
 
@@ -144,6 +156,7 @@ class KubeAdapter:
                     client,
                     namespaces=self._settings.namespaces,
                     watch_timeout_seconds=self._settings.kube_watch_timeout_seconds,
+                    gpu_resource=self._settings.gpu_resource,
                 )
             return self._cache
 

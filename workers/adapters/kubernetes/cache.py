@@ -5,16 +5,20 @@ start, then WATCH from the list's ``resourceVersion``; a watch that ends is
 resumed from the last version seen (no LIST); a 410 Gone (the version is too
 old) forces a re-LIST; a broken connection is retried with exponential
 backoff. Readers take snapshots of the store and never call the API server,
-so a steady-state autoscale round makes no LIST calls.
+so a steady-state autoscale round makes no LIST calls. A ``StoreListener``
+(client-go's event handler) is told of every change to the store, in the
+store's order, so an index over it (``cluster_index``) stays up to date
+without rescanning it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol
 
 from workers.adapters.kubernetes.client import (
     JsonObject,
@@ -23,6 +27,7 @@ from workers.adapters.kubernetes.client import (
     KubeConnectionError,
     WatchStream,
 )
+from workers.adapters.kubernetes.cluster_index import ClusterIndex
 from workers.adapters.kubernetes.kinds import ResourceKind
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,16 @@ def object_key(obj: JsonObject) -> str:
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
+class StoreListener(Protocol):
+    """Told of each change to an informer's store, under the informer's lock."""
+
+    def put(self, key: str, obj: JsonObject) -> None: ...
+
+    def removed(self, key: str) -> None: ...
+
+    def replaced(self, items: Mapping[str, JsonObject]) -> None: ...
+
+
 class Informer:
     """Keeps every object of one kind (optionally filtered) in memory, up to date."""
 
@@ -76,8 +91,10 @@ class Informer:
         bookmarks: bool = True,
         backoff: Backoff = Backoff(),
         wait: Callable[[threading.Event, float], bool] | None = None,
+        listener: StoreListener | None = None,
     ) -> None:
         self.kind = kind
+        self._listener = listener
         self._client = client
         self._path = kind.collection_path(namespace)
         self._selectors: dict[str, str | int | bool] = {}
@@ -205,6 +222,8 @@ class Informer:
             self._store = items
             self._resource_version = version
             self._lists += 1
+            if self._listener is not None:
+                self._listener.replaced(items)
         self._synced.set()
 
     def _watch_once(self) -> None:
@@ -237,9 +256,14 @@ class Informer:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
             with self._lock:
                 if kind in ("ADDED", "MODIFIED"):
-                    self._store[object_key(obj)] = obj
+                    key = object_key(obj)
+                    self._store[key] = obj
+                    if self._listener is not None:
+                        self._listener.put(key, obj)
                 elif kind == "DELETED":
-                    self._store.pop(object_key(obj), None)
+                    key = object_key(obj)
+                    if self._store.pop(key, None) is not None and self._listener is not None:
+                        self._listener.removed(key)
                 if version:
                     self._resource_version = version
 
@@ -294,9 +318,13 @@ Watched = Informer | ScopedInformer
 
 
 class ClusterCache:
-    """The informers one process shares: started together, read by snapshot."""
+    """The informers one process shares: started together, read by snapshot.
 
-    def __init__(self, informers: Iterable[Watched]) -> None:
+    ``index`` is fed by the node and pod informers' listeners (``build_cache``).
+    """
+
+    def __init__(self, informers: Iterable[Watched], *, index: ClusterIndex) -> None:
+        self.index = index
         self._informers = {informer.kind.plural: informer for informer in informers}
         self._started = False
         self._lock = threading.Lock()

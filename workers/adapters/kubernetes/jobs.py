@@ -125,10 +125,54 @@ def pods_of(view: ScaleTargetView, namespace: str, pods: Sequence[JsonObject]) -
     return found
 
 
+@dataclass(frozen=True, eq=False)
+class TargetPods:
+    """What a job's conversion needs of its target's pods: how many, how many
+    the scheduler found no node for, and the first one (in cache order), which
+    stands in for the pod template of a target known only through /scale."""
+
+    count: int = 0
+    unschedulable: int = 0
+    first: JsonObject | None = None
+
+    @classmethod
+    def of(cls, pods: Sequence[JsonObject]) -> TargetPods:
+        return cls(
+            count=len(pods),
+            unschedulable=sum(1 for pod in pods if pod_is_unschedulable(pod)),
+            first=pods[0] if pods else None,
+        )
+
+    def same_as(self, other: TargetPods) -> bool:
+        return (
+            self.count == other.count
+            and self.unschedulable == other.unschedulable
+            and self.first is other.first
+        )
+
+
 def elastic_job(
     resource: JsonObject,
     target: ScaleTargetView,
     target_pods: Sequence[JsonObject],
+    *,
+    gpu_resource: str,
+    default_policy: str = "edl",
+) -> ElasticJob:
+    """The core's view of one ElasticJob from its target's pods (see ``elastic_job_of``)."""
+    return elastic_job_of(
+        resource,
+        target,
+        TargetPods.of(target_pods),
+        gpu_resource=gpu_resource,
+        default_policy=default_policy,
+    )
+
+
+def elastic_job_of(
+    resource: JsonObject,
+    target: ScaleTargetView,
+    pods: TargetPods,
     *,
     gpu_resource: str,
     default_policy: str = "edl",
@@ -142,13 +186,13 @@ def elastic_job(
     namespace, name = namespace_and_name(resource)
     spec = _mapping(resource.get("spec"))
     template = target.pod_template
-    if template is None and target_pods:
-        template = _mapping(target_pods[0].get("spec"))
+    if template is None and pods.first is not None:
+        template = _mapping(pods.first.get("spec"))
     if template:
         requests, limits = replica_resources(template, gpu_resource=gpu_resource)
     else:
         requests = limits = Resources(gpu_resource=gpu_resource)
-    pending = bool(target_pods) and all(pod_is_unschedulable(pod) for pod in target_pods)
+    pending = pods.count > 0 and pods.unschedulable == pods.count
     phase = target.phase
     if pending and phase == JobPhase.RUNNING:
         phase = JobPhase.PENDING

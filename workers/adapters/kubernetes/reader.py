@@ -1,6 +1,10 @@
 """``ClusterReader`` over the list-and-watch cache: EDL's ``InquiryResource`` and the jobs.
 
-Both reads plan from the cache's snapshots and make no LIST call. The only
+Both reads plan from the cache and make no LIST call. The cluster snapshot
+is the cache's ``ClusterIndex`` ledger, kept from watch events (no pod is
+recounted); each job's target pods come from the index's label buckets, and
+a job whose resource, target and pods are the very objects of the last read
+is not converted again. A round is O(jobs + nodes), not O(pods). The only
 request a read may make is a GET of ``/scale`` for a custom-resource target
 (its kind is not cached: the ClusterRole cannot watch arbitrary kinds).
 """
@@ -8,31 +12,34 @@ request a read may make is a GET of ``/scale`` for a custom-resource target
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from scheduler_core.accounting import inquire
 from scheduler_core.models import ClusterResource, ElasticJob
 from workers.adapters.kubernetes.cache import ClusterCache
 from workers.adapters.kubernetes.client import JsonObject, KubeApiError, KubeClient
 from workers.adapters.kubernetes.jobs import (
     ScaleTargetView,
-    elastic_job,
+    TargetPods,
+    elastic_job_of,
     namespace_and_name,
-    pods_of,
     scale_target_ref,
     view_of_scale,
     view_of_workload,
 )
-from workers.adapters.kubernetes.kinds import (
-    ELASTICJOBS,
-    JOBS,
-    NODES,
-    PODS,
-    KindResolver,
-)
+from workers.adapters.kubernetes.kinds import ELASTICJOBS, JOBS, KindResolver
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Converted:
+    """One job as last converted, and the objects it was converted from."""
+
+    resource: JsonObject
+    target: ScaleTargetView
+    pods: TargetPods
+    job: ElasticJob
 
 
 class KubeClusterReader:
@@ -54,45 +61,65 @@ class KubeClusterReader:
         self._gpu_resource = gpu_resource
         self._sync_timeout = sync_timeout
         self._resolver = resolver or KindResolver(lambda path: client.request("GET", path))
+        # Replaced whole on each read (a job or target gone is forgotten).
+        self._converted: dict[tuple[str, str], _Converted] = {}
+        self._views: dict[tuple[str, str, str], tuple[JsonObject, ScaleTargetView]] = {}
 
     def inquire(self) -> ClusterResource:
         self._cache.ensure_synced(self._sync_timeout)
-        return inquire(
-            self._cache.informer(NODES).list(),
-            self._cache.informer(PODS).list(),
-            gpu_resource=self._gpu_resource,
-        )
+        return self._cache.index.snapshot()
 
     def elastic_jobs(self) -> Sequence[ElasticJob]:
         self._cache.ensure_synced(self._sync_timeout)
-        pods_by_namespace: dict[str, list[JsonObject]] = defaultdict(list)
-        for pod in self._cache.informer(PODS).list():
-            namespace, _ = namespace_and_name(pod)
-            pods_by_namespace[namespace].append(pod)
-        found: list[ElasticJob] = []
         resources = sorted(self._cache.informer(ELASTICJOBS).list(), key=namespace_and_name)
+        views: dict[tuple[str, str, str], tuple[JsonObject, ScaleTargetView]] = {}
+        targets: list[tuple[JsonObject, ScaleTargetView]] = []
         for resource in resources:
-            namespace, name = namespace_and_name(resource)
-            target = self._target_view(resource)
-            if target is None:
-                continue
-            target_pods = pods_of(target, namespace, pods_by_namespace.get(namespace, []))
-            try:
-                found.append(
-                    elastic_job(
+            target = self._target_view(resource, views)
+            if target is not None:
+                targets.append((resource, target))
+        self._views = views
+        pods_of_each = self._cache.index.pods_of_each(
+            [(namespace_and_name(resource)[0], target.selector) for resource, target in targets]
+        )
+        converted: dict[tuple[str, str], _Converted] = {}
+        found: list[ElasticJob] = []
+        for (resource, target), pods in zip(targets, pods_of_each, strict=True):
+            key = namespace_and_name(resource)
+            known = self._converted.get(key)
+            if not (
+                known is not None
+                and known.resource is resource
+                and known.target is target
+                and known.pods.same_as(pods)
+            ):
+                try:
+                    job = elastic_job_of(
                         resource,
                         target,
-                        target_pods,
+                        pods,
                         gpu_resource=self._gpu_resource,
                         default_policy=self._default_policy,
                     )
-                )
-            except ValueError as error:
-                log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
+                except ValueError as error:
+                    log.warning("ElasticJob %s/%s skipped: %s", *key, error)
+                    continue
+                known = _Converted(resource=resource, target=target, pods=pods, job=job)
+            converted[key] = known
+            found.append(known.job)
+        self._converted = converted
         return found
 
-    def _target_view(self, resource: JsonObject) -> ScaleTargetView | None:
-        """The job's scale target from the cache (or its /scale for a CR); None if absent."""
+    def _target_view(
+        self,
+        resource: JsonObject,
+        views: dict[tuple[str, str, str], tuple[JsonObject, ScaleTargetView]],
+    ) -> ScaleTargetView | None:
+        """The job's scale target from the cache (or its /scale for a CR); None if absent.
+
+        A cached workload that is the very object of the last read keeps its view
+        (recorded in ``views``).
+        """
         namespace, name = namespace_and_name(resource)
         ref = scale_target_ref(resource)
         if not (ref.api_version and ref.kind and ref.name):
@@ -106,7 +133,15 @@ class KubeClusterReader:
                     "ElasticJob %s/%s: target %s %s not found", namespace, name, ref.kind, ref.name
                 )
                 return None
-            return view_of_workload(workload, batch_job=kind == JOBS)
+            place = (kind.plural, namespace, ref.name)
+            known = self._views.get(place)
+            view = (
+                known[1]
+                if known is not None and known[0] is workload
+                else view_of_workload(workload, batch_job=kind == JOBS)
+            )
+            views[place] = (workload, view)
+            return view
         try:
             scale = self._client.request("GET", kind.object_path(namespace, ref.name, "scale"))
         except KubeApiError as error:
