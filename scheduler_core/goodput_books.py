@@ -179,13 +179,17 @@ def _ingest_one(
     spread = app.spread if app is not None else []
     if report.replicas > 0:
         seconds = report.epoch_time_s / units
-        if clean and packed:
+        packed_curve = Curve.from_points([app_points, points], threshold=1.0)
+        measured_here = report.replicas in packed_curve.replicas
+        if clean and (packed or not measured_here):
+            # A clean spread epoch at a count never measured packed is still the
+            # best bound on it (spreading rarely helps): without it a job that only
+            # ever lands spread would never learn its curve past what it started at.
             points = add_point(points, report.replicas, seconds, limit=limits.history)
             app_points = add_point(app_points, report.replicas, seconds, limit=limits.history)
         else:
             provisional = CurvePoint(replicas=report.replicas, seconds_per_unit=seconds)
-            packed_curve = Curve.from_points([app_points, points], threshold=1.0)
-            if clean and report.nodes is not None and packed_curve.known:
+            if clean and report.nodes is not None and measured_here:
                 # Rule goodput.spread: learn what spreading cost, against the packed curve.
                 factor = seconds / packed_curve.unit_time(report.replicas)
                 spread = add_spread(

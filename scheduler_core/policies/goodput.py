@@ -116,7 +116,13 @@ from scheduler_core.models import (
     ScalingDecision,
     ScalingPlan,
 )
-from scheduler_core.node_packing import most_allocated, node_friendly, packable, take_packed
+from scheduler_core.node_packing import (
+    most_allocated,
+    node_friendly,
+    packable,
+    replicaset_shrink,
+    take_packed,
+)
 from scheduler_core.policies.base import LoadCap, PolicyInput, PolicyResult, PolicyState
 
 
@@ -192,9 +198,13 @@ class _Plan:
     spread: list[SpreadPoint] = field(default_factory=list)
     # A start the admission rule refused (its size), 0 if none.
     refused_start: int = 0
+    # A start deferred a round by rule goodput.soon (its size), 0 if none.
+    deferred: int = 0
     # Rule goodput.shape: the start's predicted node count and slowdown.
     shape_nodes: int = 0
     shape_factor: float = 1.0
+    # Pods a grow is predicted to add, by node (MostAllocated on today's free GPUs).
+    landed: dict[str, int] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -226,7 +236,15 @@ class GoodputPolicy:
         books = account_time(request, state.last_now, books)
         plans = [_estimate(job, books[job.key], apps, params) for job in request.jobs]
         budget = math.floor(cluster.gpu_total * params.max_load_desired)
-        _allocate(plans, budget, cluster.nodes.nodes_gpu_free, gpus_per_node, params)
+        interval = request.now - state.last_now if state.last_now is not None else 0.0
+        _allocate(
+            plans,
+            budget,
+            cluster.nodes.nodes_gpu_free,
+            gpus_per_node,
+            params,
+            interval_s=max(0.0, interval),
+        )
         decisions = []
         for plan in plans:
             decision, book = _decision(plan, params, request.now)
@@ -295,13 +313,65 @@ def _estimate(
 # --- allocating --------------------------------------------------------------------
 
 
-def _worth(plan: _Plan, size: int, params: GoodputParams) -> bool:
-    """Hold rule: resizing a running job must save more than a restart, with margin."""
+def _held(plan: _Plan) -> dict[str, int]:
+    """The job's pods by node: where they run now plus the grows predicted this round."""
+    held = dict(plan.job.placement)
+    for node, count in plan.landed.items():
+        held[node] = held.get(node, 0) + count
+    return held
+
+
+def _nodes_at(plan: _Plan, size: int, free: dict[str, int]) -> int:
+    """Nodes the job would run on at ``size`` (0 when its placement is not known).
+
+    A grow's pods land where MostAllocated puts them (``most_allocated`` on
+    the free GPUs); a shrink leaves what the ReplicaSet controller leaves
+    (``replicaset_shrink``: pods on the job's fullest nodes go first).
+    """
+    held = _held(plan)
+    have = sum(held.values())
+    if not held or have != plan.running + sum(plan.landed.values()):
+        return 0
+    if size > have:
+        return len(set(held) | set(most_allocated(size - have, dict(free))))
+    if size < have:
+        return len(replicaset_shrink(held, have - size))
+    return len(held)
+
+
+def _shape_s(
+    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+) -> float:
+    """Rule goodput.shape for a running job: remaining time at ``size`` on the nodes it
+    would land on (packed curve x the spread slowdown, rule goodput.spread)."""
+    seconds = plan.remaining_s(size)
+    nodes = _nodes_at(plan, size, free) if plan.running else 0
+    if nodes == 0 or math.isinf(seconds):
+        return seconds
+    return seconds * spread_factor(
+        plan.spread, size, nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
+    )
+
+
+def _worth(
+    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+) -> bool:
+    """Hold rule: resizing a running job must save more than a restart, with margin,
+    counting where the added pods land (a grow that spreads the job can be slower)."""
     if plan.running == 0 or size == plan.running:
         return True
-    before, after = plan.remaining_s(plan.running), plan.remaining_s(size)
+    before = _shape_s(plan, plan.running, free, gpus_per_node, params)
+    after = _shape_s(plan, size, free, gpus_per_node, params)
     saving = before - after
     return saving > max(params.hold_factor * params.restart_s, params.hold_fraction * before)
+
+
+def _land(plan: _Plan, add: int, free: dict[str, int]) -> None:
+    """Take a grow's predicted pods out of ``free`` (later predictions see them gone)."""
+    if add <= 0 or not plan.job.placement:
+        return
+    for node, count in most_allocated(add, free).items():
+        plan.landed[node] = plan.landed.get(node, 0) + count
 
 
 def _allocate(
@@ -310,6 +380,8 @@ def _allocate(
     node_free: dict[str, int],
     gpus_per_node: int,
     params: GoodputParams,
+    *,
+    interval_s: float = 0.0,
 ) -> None:
     for plan in plans:
         if plan.job.paused:
@@ -326,6 +398,15 @@ def _allocate(
     free = dict(node_free)
     # Free GPUs that no job holds now: the only room an unknown job may take.
     unclaimed = sum(free.values())
+    # Rule goodput.soon: GPUs of jobs predicted to finish before the next round
+    # (one interval, as the last one) come free without preempting anyone.
+    soon = sum(
+        p.running
+        for p in order
+        if p.running and p.known and p.remaining_s(p.running) <= interval_s
+    )
+    # GPUs kept for starts deferred to the next round (leftovers leave them).
+    deferred = 0
     for rank, plan in enumerate(order):
         plan.rank = rank
         plan.order_s = key(plan)[0]
@@ -342,12 +423,12 @@ def _allocate(
             and plan.known
             and size != plan.running
             and budget >= plan.running  # a forced shrink is not a choice
-            and not _worth(plan, size, params)
+            and not _worth(plan, size, free, gpus_per_node, params)
         ):
             size = plan.running
         if plan.running == 0 and 0 < size <= unclaimed and plan.known:
             size = _start_shape(plan, size, free, gpus_per_node, params)
-            plan.placements = most_allocated(size, free)
+            plan.placements = most_allocated(size, dict(free))
         elif plan.running == 0 and 0 < size <= unclaimed:
             # A start into free GPUs: on as few nodes as the job's size needs,
             # smaller if the free GPUs are too scattered for that.
@@ -355,7 +436,7 @@ def _allocate(
             if 2 * fits >= size:
                 # Half the size on one node beats all of it scattered.
                 size = fits
-                plan.placements = take_packed(size, free)
+                plan.placements = take_packed(size, dict(free))
         floor = math.ceil(params.start_fraction * plan.efficient)
         if (
             plan.running == 0
@@ -368,12 +449,31 @@ def _allocate(
             # before the GPUs are reclaimed, and costs a restart: wait instead.
             plan.refused_start = size
             size, plan.placements = 0, {}
+        if (
+            plan.running == 0
+            and plan.known
+            and plan.settled
+            and size > unclaimed
+            and size - unclaimed <= soon
+        ):
+            # Rule goodput.soon: the GPUs this start would take from running jobs
+            # come free within a round anyway: wait one round instead of
+            # preempting (a round of waiting against a restart and a requeue).
+            soon -= size - unclaimed
+            deferred += size
+            plan.deferred = size
+            size, plan.placements = 0, {}
         if size < plan.job.min_replicas:
             size, plan.placements = 0, {}
         plan.alloc = size
+        for node, count in plan.placements.items():
+            free[node] -= count  # the start's pods, where they were predicted
+        if plan.running and size > plan.running:
+            _land(plan, size - plan.running, free)
         budget -= size
         unclaimed = max(unclaimed - max(0, size - plan.running), 0)
-    _share_leftovers(order, budget - params.leftover_reserve, gpus_per_node, params)
+    left = budget - params.leftover_reserve - deferred
+    _share_leftovers(order, left, free, gpus_per_node, params)
 
 
 def _start_shape(
@@ -400,7 +500,11 @@ def _start_shape(
 
 
 def _share_leftovers(
-    order: list[_Plan], left: int, gpus_per_node: int, params: GoodputParams
+    order: list[_Plan],
+    left: int,
+    free: dict[str, int],
+    gpus_per_node: int,
+    params: GoodputParams,
 ) -> None:
     """Leftover GPUs, a chunk at a time, to the largest remaining-time drop per GPU."""
     while left > 0:
@@ -413,17 +517,21 @@ def _share_leftovers(
                 or plan.alloc >= plan.job.max_replicas
             ):
                 continue
-            now_s = plan.remaining_s(plan.alloc)
+            now_s = _shape_s(plan, plan.alloc, free, gpus_per_node, params)
             # Only where measurements say it helps; probing is the ranked pass's job.
             largest = plan.curve.largest if plan.curve is not None else 0
             top = min(plan.job.max_replicas, plan.alloc + left, largest)
             for size in range(plan.alloc + 1, top + 1):
                 if size != node_friendly(size, gpus_per_node):
                     continue
-                gain = now_s - plan.remaining_s(size)
+                gain = now_s - _shape_s(plan, size, free, gpus_per_node, params)
                 if gain <= 0:
                     continue
-                if plan.running and plan.alloc == plan.running and not _worth(plan, size, params):
+                if (
+                    plan.running
+                    and plan.alloc == plan.running
+                    and not _worth(plan, size, free, gpus_per_node, params)
+                ):
                     continue
                 per_gpu = gain / (size - plan.alloc)
                 if best is None or per_gpu > best[0]:
@@ -432,6 +540,7 @@ def _share_leftovers(
             return
         _, size, plan = best
         left -= size - plan.alloc
+        _land(plan, size - plan.alloc, free)
         plan.alloc = size
 
 
@@ -464,6 +573,12 @@ def _decision(plan: _Plan, params: GoodputParams, now: float) -> tuple[ScalingDe
         message = (
             f"rank {plan.rank}: waits; {plan.refused_start} GPUs < start_fraction "
             f"{params.start_fraction} x efficient size {plan.efficient}"
+        )
+    elif target == 0 and plan.running == 0 and plan.deferred:
+        rule = "goodput.soon"
+        message = (
+            f"rank {plan.rank}: waits a round for {plan.deferred} GPUs that jobs"
+            " finishing before the next round free, instead of preempting"
         )
     elif target == plan.running:
         rule = "goodput.keep" if target else "goodput.wait"

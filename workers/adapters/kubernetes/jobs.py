@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_core.accounting import pod_is_unschedulable, replica_resources
+from scheduler_core.accounting import pod_is_terminated, pod_is_unschedulable, replica_resources
 from scheduler_core.models import ElasticJob, JobPhase, Resources
 from workers.adapters.kubernetes.selectors import (
     NOTHING,
@@ -167,7 +167,19 @@ def elastic_job(
         paused=bool(spec.get("paused", False)),
         application=_optional_text(spec.get("application")),
         total_epochs=int(spec["epochs"]) if spec.get("epochs") is not None else None,
+        placement=_placement(target_pods),
     )
+
+
+def _placement(pods: Sequence[JsonObject]) -> dict[str, int]:
+    """The job's live pods per node (``spec.nodeName``): goodput predicts its grows from it."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        node = _mapping(pod.get("spec")).get("nodeName")
+        deleting = _mapping(pod.get("metadata")).get("deletionTimestamp") is not None
+        if isinstance(node, str) and node and not deleting and not pod_is_terminated(pod):
+            out[node] = out.get(node, 0) + 1
+    return out
 
 
 def _optional_text(value: Any) -> str | None:
