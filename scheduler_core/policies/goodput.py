@@ -398,12 +398,16 @@ def _allocate(
     free = dict(node_free)
     # Free GPUs that no job holds now: the only room an unknown job may take.
     unclaimed = sum(free.values())
-    # Rule goodput.soon: GPUs of jobs predicted to finish before the next round
-    # (one interval, as the last one) come free without preempting anyone.
+    # Rule goodput.soon: GPUs of jobs predicted to finish within the horizon come
+    # free without taking anything from anyone. Taking them from a running job
+    # costs it two restarts (now and when it gets them back), each priced as
+    # the hold rule prices one (hold_factor x restart_s): a start waits for
+    # GPUs that free up within the next round plus that price.
+    horizon_s = interval_s + 2 * params.hold_factor * params.restart_s if interval_s else 0.0
     soon = sum(
         p.running
         for p in order
-        if p.running and p.known and p.remaining_s(p.running) <= interval_s
+        if p.running and p.known and p.remaining_s(p.running) <= horizon_s
     )
     # GPUs kept for starts deferred to the next round (leftovers leave them).
     deferred = 0
@@ -443,7 +447,7 @@ def _allocate(
             and plan.known
             and plan.settled
             and 0 < size < floor
-            and plan.book.waited_s < params.admit_patience_s
+            and plan.book.waited_s < max(params.admit_patience_s, plan.remaining_s(plan.efficient))
         ):
             # Rule goodput.admit: a start far below the job's size gains little
             # before the GPUs are reclaimed, and costs a restart: wait instead.
