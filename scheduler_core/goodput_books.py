@@ -45,6 +45,9 @@ class GoodputJob(BaseModel):
     last_epoch_units: float | None = None
     # When the policy last changed the job's size (its epochs before are mixed).
     last_change: float | None = None
+    # A clean epoch was reported since that change: its current size is measured
+    # (rule goodput.measure: no voluntary grow before that).
+    measured: bool = False
     size: int = 0
     waited_s: float = 0.0
     attained_gpu_s: float = 0.0
@@ -238,6 +241,7 @@ def _ingest_one(
             "points": points,
             "provisional": provisional,
             "nodes": report.nodes if report.replicas > 0 else book.nodes,
+            "measured": book.measured or (clean and report.replicas > 0),
         }
     )
     return new_book, apps

@@ -200,6 +200,8 @@ class _Plan:
     refused_start: int = 0
     # A start deferred a round by rule goodput.soon (its size), 0 if none.
     deferred: int = 0
+    # A grow held back by rule goodput.measure.
+    unmeasured: bool = False
     # Rule goodput.shape: the start's predicted node count and slowdown.
     shape_nodes: int = 0
     shape_factor: float = 1.0
@@ -430,6 +432,17 @@ def _allocate(
             and not _worth(plan, size, free, gpus_per_node, params)
         ):
             size = plan.running
+        if (
+            plan.running
+            and size > plan.running
+            and not plan.book.measured
+            and plan.known
+            and plan.running >= params.start_fraction * plan.efficient
+        ):
+            # Rule goodput.measure: no voluntary grow before a clean epoch at the
+            # current size is in (a resize within an epoch measures nothing).
+            plan.unmeasured = True
+            size = plan.running
         if plan.running == 0 and 0 < size <= unclaimed and plan.known:
             size = _start_shape(plan, size, free, gpus_per_node, params)
             plan.placements = most_allocated(size, dict(free))
@@ -447,7 +460,7 @@ def _allocate(
             and plan.known
             and plan.settled
             and 0 < size < floor
-            and plan.book.waited_s < max(params.admit_patience_s, plan.remaining_s(plan.efficient))
+            and plan.book.waited_s < params.admit_patience_s
         ):
             # Rule goodput.admit: a start far below the job's size gains little
             # before the GPUs are reclaimed, and costs a restart: wait instead.
@@ -461,8 +474,7 @@ def _allocate(
             and size - unclaimed <= soon
         ):
             # Rule goodput.soon: the GPUs this start would take from running jobs
-            # come free within a round anyway: wait one round instead of
-            # preempting (a round of waiting against a restart and a requeue).
+            # come free within the horizon anyway: wait instead of preempting.
             soon -= size - unclaimed
             deferred += size
             plan.deferred = size
@@ -519,6 +531,10 @@ def _share_leftovers(
                 or plan.running == 0  # a start keeps its packed size this round
                 or plan.alloc <= 0
                 or plan.alloc >= plan.job.max_replicas
+                or (  # rule goodput.measure
+                    not plan.book.measured
+                    and plan.running >= params.start_fraction * plan.efficient
+                )
             ):
                 continue
             now_s = _shape_s(plan, plan.alloc, free, gpus_per_node, params)
@@ -618,7 +634,7 @@ def _decision(plan: _Plan, params: GoodputParams, now: float) -> tuple[ScalingDe
     )
     book = plan.book
     if target != plan.running:
-        book = book.model_copy(update={"last_change": now, "size": target})
+        book = book.model_copy(update={"last_change": now, "size": target, "measured": False})
     return decision, book
 
 
