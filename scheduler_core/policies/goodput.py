@@ -407,9 +407,7 @@ def _allocate(
     # GPUs that free up within the next round plus that price.
     horizon_s = interval_s + 2 * params.hold_factor * params.restart_s if interval_s else 0.0
     soon = sum(
-        p.running
-        for p in order
-        if p.running and p.known and p.remaining_s(p.running) <= horizon_s
+        p.running for p in order if p.running and p.known and p.remaining_s(p.running) <= horizon_s
     )
     # GPUs kept for starts deferred to the next round (leftovers leave them).
     deferred = 0
@@ -599,6 +597,12 @@ def _decision(plan: _Plan, params: GoodputParams, now: float) -> tuple[ScalingDe
         message = (
             f"rank {plan.rank}: waits a round for {plan.deferred} GPUs that jobs"
             " finishing before the next round free, instead of preempting"
+        )
+    elif target == plan.running and target and plan.unmeasured:
+        rule = "goodput.measure"
+        message = (
+            f"rank {plan.rank}: keeps {target} until a clean epoch at this size is"
+            " reported (no voluntary grow before that)"
         )
     elif target == plan.running:
         rule = "goodput.keep" if target else "goodput.wait"
