@@ -4,7 +4,8 @@ The ReplicaSet scale-down prediction (``replicaset_shrink``), goodput.shape
 for grows (where the added pods land decides whether a grow pays),
 goodput.measure (no voluntary grow before the current size is measured),
 goodput.soon (a start waits for GPUs that finishing jobs free instead of
-preempting) and curve points from clean spread epochs at unmeasured counts.
+preempting), goodput.protect (a start waits as long as the restart it would
+cause costs) and curve points from clean spread epochs at unmeasured counts.
 """
 
 from __future__ import annotations
@@ -106,10 +107,16 @@ def test_grow_rules(free: list[int], measured: bool, size: int, target: int, rul
     assert (decision.target, decision.reason.rule) == (target, rule)
 
 
-def _soon_state(*, short_done_units: float) -> GoodputState:
-    def book(app: str, units_done: float) -> GoodputJob:
+def _soon_state(*, short_done_units: float, b_waited_s: float = 0.0) -> GoodputState:
+    def book(app: str, units_done: float, waited_s: float = 0.0) -> GoodputJob:
         return GoodputJob(
-            application=app, total_epochs=10, epochs_done=5, units_done=units_done, measured=True
+            application=app,
+            total_epochs=10,
+            epochs_done=5,
+            units_done=units_done,
+            measured=True,
+            waited_s=waited_s,
+            arrival=60.0,  # arrived this round: waited_s is all it waited
         )
 
     def app(total: float) -> GoodputApp:
@@ -118,7 +125,7 @@ def _soon_state(*, short_done_units: float) -> GoodputState:
     return GoodputState(
         jobs={
             "default/f": book("f", short_done_units),
-            "default/b": book("b", 0.0),
+            "default/b": book("b", 0.0, b_waited_s),
             "default/g": book("g", 0.0),
         },
         apps={"f": app(1000.0), "b": app(1000.0), "g": app(100_000.0)},
@@ -127,18 +134,23 @@ def _soon_state(*, short_done_units: float) -> GoodputState:
 
 
 @pytest.mark.parametrize(
-    ("short_done_units", "b_target", "b_rule", "g_target"),
+    ("short_done_units", "b_waited_s", "b_target", "b_rule", "g_target"),
     [
         # Horizon = one round (60 s) + 2 restarts x hold_factor 2 x 30 s = 180 s.
         # f has 10 units left (10 s at 4): its 4 GPUs come free: b waits, g keeps.
-        (990.0, 0, "goodput.soon", 4),
-        # f has 1000 s left: b (1000 units x 4 GPUs) outranks g (100000 x 4 / 2)
-        # and starts in g's GPUs.
-        (0.0, 4, "goodput.start", 0),
+        (990.0, 0.0, 0, "goodput.soon", 4),
+        # f has 1000 s left: b (1000 units x 4 GPUs) outranks g (100000 x 4 / 2),
+        # but taking g's 4 GPUs restarts g: 30 s of its own plus its 4 GPUs idle
+        # for 30 s, a 4/8 share of the delay of the 1 waiting job: 45 s.
+        # Rule goodput.protect: b waits that long first ...
+        (0.0, 0.0, 0, "goodput.protect", 4),
+        (0.0, 44.0, 0, "goodput.protect", 4),
+        # ... then starts in g's GPUs.
+        (0.0, 45.0, 4, "goodput.start", 0),
     ],
 )
 def test_a_start_waits_for_gpus_finishing_jobs_free(
-    short_done_units: float, b_target: int, b_rule: str, g_target: int
+    short_done_units: float, b_waited_s: float, b_target: int, b_rule: str, g_target: int
 ) -> None:
     request = PolicyInput(
         jobs=(
@@ -149,7 +161,7 @@ def test_a_start_waits_for_gpus_finishing_jobs_free(
         cluster=cluster([0, 0]),
         now=60.0,
     )
-    state = _soon_state(short_done_units=short_done_units)
+    state = _soon_state(short_done_units=short_done_units, b_waited_s=b_waited_s)
     plan = decide("goodput", request, state=state, params=PARAMS).plan
     b = decision_of(plan, "default/b")
     assert (b.target, b.reason.rule) == (b_target, b_rule)
