@@ -45,6 +45,9 @@ class GoodputJob(BaseModel):
     last_epoch_units: float | None = None
     # When the policy last changed the job's size (its epochs before are mixed).
     last_change: float | None = None
+    # A clean epoch was reported since that change: its current size is measured
+    # (rule goodput.measure: no voluntary grow before that).
+    measured: bool = False
     size: int = 0
     waited_s: float = 0.0
     attained_gpu_s: float = 0.0
@@ -179,13 +182,17 @@ def _ingest_one(
     spread = app.spread if app is not None else []
     if report.replicas > 0:
         seconds = report.epoch_time_s / units
-        if clean and packed:
+        packed_curve = Curve.from_points([app_points, points], threshold=1.0)
+        measured_here = report.replicas in packed_curve.replicas
+        if clean and (packed or not measured_here):
+            # A clean spread epoch at a count never measured packed is still the
+            # best bound on it (spreading rarely helps): without it a job that only
+            # ever lands spread would never learn its curve past what it started at.
             points = add_point(points, report.replicas, seconds, limit=limits.history)
             app_points = add_point(app_points, report.replicas, seconds, limit=limits.history)
         else:
             provisional = CurvePoint(replicas=report.replicas, seconds_per_unit=seconds)
-            packed_curve = Curve.from_points([app_points, points], threshold=1.0)
-            if clean and report.nodes is not None and packed_curve.known:
+            if clean and report.nodes is not None and measured_here:
                 # Rule goodput.spread: learn what spreading cost, against the packed curve.
                 factor = seconds / packed_curve.unit_time(report.replicas)
                 spread = add_spread(
@@ -234,6 +241,7 @@ def _ingest_one(
             "points": points,
             "provisional": provisional,
             "nodes": report.nodes if report.replicas > 0 else book.nodes,
+            "measured": book.measured or (clean and report.replicas > 0),
         }
     )
     return new_book, apps

@@ -69,6 +69,9 @@ class ElasticJob(Frozen):
     application: Text | None = None
     # Epochs the job trains for (N), when it says so up front.
     total_epochs: Annotated[int, Field(ge=1)] | None = None
+    # Its running replicas per node name (pods' nodeName), when the runtime
+    # knows them: goodput predicts where a grow lands and what it leaves.
+    placement: dict[Text, NonNegativeInt] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ElasticJob:

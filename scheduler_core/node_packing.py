@@ -162,3 +162,23 @@ def most_allocated(size: int, free: FreeGpus) -> dict[str, int]:
         free.take(name, 1)
         placements[name] = placements.get(name, 0) + 1
     return placements
+
+
+def replicaset_shrink(placement: dict[str, int], remove: int) -> dict[str, int]:
+    """What a ReplicaSet scale-down by ``remove`` leaves of ``placement``.
+
+    Upstream ``getPodsToDelete`` ranks each pod once by how many of the job's
+    pods share its node and deletes the highest rank first (pods of equal
+    rank: here the last node by name, where upstream compares ready times and
+    then picks at random). This is the prediction the policy makes before
+    choosing a size; pod-deletion-cost is not set, so it does not apply.
+    """
+    pods = sorted(
+        (node for node, count in placement.items() for _ in range(count)),
+        key=lambda node: (placement[node], node),
+        reverse=True,
+    )
+    left = dict(placement)
+    for node in pods[: max(0, remove)]:
+        left[node] -= 1
+    return {node: count for node, count in left.items() if count > 0}

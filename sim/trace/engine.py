@@ -345,6 +345,7 @@ class _Simulation:
                 default_parallelism=min(job.spec.requested_replicas, job.max_replicas),
                 all_pods_unschedulable=not running and job.desired > 0,
                 application=f"{job.spec.application}/batch-{job.spec.batch_size}",
+                placement={node_name(n): c for n, c in job.placement.items() if c > 0},
             )
         return job.model
 

@@ -186,6 +186,7 @@ def _state_with_curve(units_done: float) -> GoodputState:
                 units_done=units_done,
                 last_epoch_units=100.0,
                 size=4,
+                measured=True,  # a clean epoch at 4 is in (rule goodput.measure)
             )
         },
         apps={"app": GoodputApp(points=points, total_units=1000.0, total_measured=True)},

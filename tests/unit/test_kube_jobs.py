@@ -236,3 +236,23 @@ def test_scale_target_ref() -> None:
     ref = scale_target_ref(elastic_job_cr())
     assert (ref.api_version, ref.kind, ref.name) == ("apps/v1", "Deployment", "trainer")
     assert scale_target_ref({"spec": {}}).name == ""
+
+
+def test_placement_counts_live_pods_per_node() -> None:
+    def pod(node: str | None, *, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "p", "namespace": "ml"}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        spec = {"nodeName": node} if node else {}
+        return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+    pods = [
+        pod("node-a"),
+        pod("node-a"),
+        pod("node-b"),
+        pod(None, phase="Pending"),  # not scheduled yet: on no node
+        pod("node-b", deleting=True),  # going away
+        pod("node-c", phase="Succeeded"),  # terminated
+    ]
+    job = elastic_job(elastic_job_cr(), view_of_workload(deployment()), pods, gpu_resource=GPU)
+    assert job.placement == {"node-a": 2, "node-b": 1}

@@ -17,10 +17,10 @@ it from the cache. The rules, from the issue:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core.accounting import pod_is_unschedulable, replica_resources
+from scheduler_core.accounting import pod_is_terminated, pod_is_unschedulable, replica_resources
 from scheduler_core.models import ElasticJob, JobPhase, Resources
 from workers.adapters.kubernetes.selectors import (
     NOTHING,
@@ -134,6 +134,7 @@ class TargetPods:
     count: int = 0
     unschedulable: int = 0
     first: JsonObject | None = None
+    placement: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, pods: Sequence[JsonObject]) -> TargetPods:
@@ -141,6 +142,7 @@ class TargetPods:
             count=len(pods),
             unschedulable=sum(1 for pod in pods if pod_is_unschedulable(pod)),
             first=pods[0] if pods else None,
+            placement=_placement(pods),
         )
 
     def same_as(self, other: TargetPods) -> bool:
@@ -148,6 +150,7 @@ class TargetPods:
             self.count == other.count
             and self.unschedulable == other.unschedulable
             and self.first is other.first
+            and self.placement == other.placement
         )
 
 
@@ -211,7 +214,19 @@ def elastic_job_of(
         paused=bool(spec.get("paused", False)),
         application=_optional_text(spec.get("application")),
         total_epochs=int(spec["epochs"]) if spec.get("epochs") is not None else None,
+        placement=dict(pods.placement),
     )
+
+
+def _placement(pods: Sequence[JsonObject]) -> dict[str, int]:
+    """The job's live pods per node (``spec.nodeName``): goodput predicts its grows from it."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        node = _mapping(pod.get("spec")).get("nodeName")
+        deleting = _mapping(pod.get("metadata")).get("deletionTimestamp") is not None
+        if isinstance(node, str) and node and not deleting and not pod_is_terminated(pod):
+            out[node] = out.get(node, 0) + 1
+    return out
 
 
 def _optional_text(value: Any) -> str | None:
