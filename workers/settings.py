@@ -172,7 +172,8 @@ class Settings(BaseSettings):
     # --- PLANNER (issue 16): ``trainscaler planner``'s Lease (coordination.k8s.io/v1) ---
     # client-go's defaults: lease 15 s, renew deadline 10 s, retry every 2 s.
     planner_lease_name: str = Field(default="trainscaler-planner", min_length=1, max_length=253)
-    planner_lease_namespace: str = Field(default="default", min_length=1, max_length=63)
+    # Empty: the pod's own namespace in the cluster (its service account's), else "default".
+    planner_lease_namespace: str = Field(default="", max_length=63)
     # Empty: ``<hostname>_<random>`` (a restarted pod is a new candidate).
     planner_identity: str = ""
     planner_lease_duration_seconds: int = Field(default=15, ge=2)

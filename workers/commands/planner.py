@@ -20,6 +20,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 
@@ -31,6 +32,18 @@ log = logging.getLogger(__name__)
 LOST_LEASE_EXIT = 75
 CONTROL_QUEUE = "control"
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def lease_namespace(settings: Settings, *, pod_namespace: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """Where the Lease lives: the setting, else the pod's namespace, else ``default``."""
+    if settings.planner_lease_namespace:
+        return settings.planner_lease_namespace
+    if settings.kube_in_cluster and pod_namespace.exists():
+        return pod_namespace.read_text().strip() or "default"
+    return "default"
 
 
 def planner_identity(settings: Settings) -> str:
@@ -67,10 +80,11 @@ def run_planner(
 
     configure_logging(settings)
     identity = planner_identity(settings)
+    namespace = lease_namespace(settings)
     elector = LeaderElector(
         # The process's one rate-limited client (the planner's informers share it).
         client=runtime().kube.client,
-        namespace=settings.planner_lease_namespace,
+        namespace=namespace,
         name=settings.planner_lease_name,
         identity=identity,
         clock=MonotonicClock(),
@@ -84,7 +98,7 @@ def run_planner(
     log.info(
         "planner %s: standby for lease %s/%s",
         identity,
-        settings.planner_lease_namespace,
+        namespace,
         settings.planner_lease_name,
     )
     if not elector.acquire(threading.Event()):
