@@ -47,7 +47,8 @@ def coordination(cluster) -> client.CoordinationV1Api:
 def test_discovery_serves_leases(cluster):
     apis = client.ApisApi(cluster.api).get_api_versions()
     group = next(g for g in apis.groups if g.name == "coordination.k8s.io")
-    assert group.preferred_version.version == "v1"
+    preferred = group.preferred_version
+    assert preferred is not None and preferred.version == "v1"
     resources = client.CoordinationV1Api(cluster.api).get_api_resources()
     assert resources.group_version == "coordination.k8s.io/v1"
     leases = next(r for r in resources.resources if r.name == "leases")

@@ -50,8 +50,15 @@ def planner_identity(settings: Settings) -> str:
     return settings.planner_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+# The planner's role is its queue and its pool: neither may be overridden.
+_FIXED_OPTIONS = ("-Q", "--queues", "-P", "--pool", "-X", "--exclude-queues")
+
+
 def worker_argv(identity: str, extra: list[str]) -> list[str]:
     """The in-process Celery worker's command line (queue and pool are not negotiable)."""
+    fixed = [a for a in extra if a.split("=", 1)[0] in _FIXED_OPTIONS]
+    if fixed:
+        raise ValueError(f"the planner always runs --pool solo --queues control; drop {fixed}")
     return [
         "worker",
         "--pool",
