@@ -189,7 +189,13 @@ class KubeAdapter:
         if cache is None:
             return None
         namespace, _, name = job.partition("/")
-        return cache.informer(ELASTICJOBS).get(namespace, name)
+        cached = cache.informer(ELASTICJOBS).get(namespace, name)
+        if cached is None:
+            return None
+        # It travels in a Celery message: managedFields (kilobytes on a real server)
+        # stay behind; a write without them keeps the server's own.
+        meta = {k: v for k, v in (cached.get("metadata") or {}).items() if k != "managedFields"}
+        return {**cached, "metadata": meta}
 
     def autoscaler(self, *, max_load_desired: float | None = None) -> Autoscaler:
         reader = self.cluster_reader()
