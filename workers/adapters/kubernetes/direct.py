@@ -9,6 +9,7 @@ each read here is a handful of paged LISTs, answered and forgotten:
   target kind they reference (per-replica requests from its pod template);
   a custom-resource target costs a GET of its ``/scale``. Pods are not read,
   so ``all_pods_unschedulable`` is always False here (only the planner plans).
+- ``has_elastic_job``: one GET (``submit``'s check that a job can be scaled);
 - ``inquire``: nodes and non-terminated pods (EDL's ``InquiryResource``),
   for the rare caller outside the planner that wants the whole picture.
 """
@@ -41,6 +42,7 @@ from workers.adapters.kubernetes.kinds import (
 )
 
 log = logging.getLogger(__name__)
+NOT_FOUND = 404
 
 
 class DirectClusterReader:
@@ -67,6 +69,17 @@ class DirectClusterReader:
             list(self._list(PODS, scoped=False, fields=NON_TERMINATED_PODS)),
             gpu_resource=self._gpu_resource,
         )
+
+    def has_elastic_job(self, key: str) -> bool:
+        """Whether ElasticJob ``namespace/name`` exists: one GET, no listing."""
+        namespace, _, name = key.partition("/")
+        try:
+            self._client.request("GET", ELASTICJOBS.object_path(namespace, name))
+        except KubeApiError as error:
+            if error.status == NOT_FOUND:
+                return False
+            raise
+        return True
 
     def elastic_jobs(self) -> Sequence[ElasticJob]:
         resources = sorted(self._list(ELASTICJOBS), key=namespace_and_name)
