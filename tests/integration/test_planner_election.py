@@ -11,6 +11,7 @@ loopback server: exactly one leads and runs the autoscale rounds; after
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from sim.apiserver import LoopbackApiServer
-from tests.integration.conftest import REPO, Procs, wait_for
+from tests.integration.conftest import PREFIX, REPO, Procs, wait_for
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient
 from workers.adapters.kubernetes.lease import (
@@ -248,7 +250,11 @@ def _rounds_by(store: StateStore, pid: int) -> int:
 
 
 def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
-    cluster: tuple[LoopbackApiServer, Path], procs: Procs, store: StateStore, tmp_path: Path
+    cluster: tuple[LoopbackApiServer, Path],
+    procs: Procs,
+    store: StateStore,
+    redis_client: redis.Redis,
+    tmp_path: Path,
 ) -> None:
     server, kubeconfig = cluster
     env = {**procs.env, **PLANNER_ENV, "TRAINSCALER_KUBECONFIG": str(kubeconfig)}
@@ -275,6 +281,17 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
         assert _holder(server) == leader_name
 
         transitions = _record(server).transitions
+        # Killed in the middle of a round: it dies holding the round's lock.
+        redis_client.set(f"{PREFIX}faults:pause:autoscale", "60")
+        marker = wait_for(
+            lambda: redis_client.get(f"{PREFIX}faults:paused:autoscale") or b"",
+            timeout=30,
+            what="the leader paused inside a round",
+        )
+        assert (
+            json.loads(str(marker, "utf-8") if isinstance(marker, bytes) else marker)["pid"]
+            == leader.process.pid
+        )
         leader.kill9()
         killed_at = time.monotonic()
         wait_for(
@@ -291,6 +308,7 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
         assert took <= lease_s + 2 * retry_s + 3.0, f"takeover took {took:.1f}s"
         print(f"takeover after kill -9: {took:.2f}s (lease {lease_s}s, retry {retry_s}s)")
         assert _record(server).transitions == transitions + 1
+        # Rounds go on at once, not after the dead leader's round lock expires (120 s).
         wait_for(
             lambda: _rounds_by(store, standby.process.pid) >= 2,
             timeout=60,

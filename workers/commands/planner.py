@@ -111,6 +111,11 @@ def run_planner(
     if not elector.acquire(threading.Event()):
         return 1
     log.info("planner %s: leading", identity)
+    # The Lease now makes this the only planner (the last leader stopped at its renew
+    # deadline, before the lease ran out): a round lock it left behind, dying
+    # mid-round, would hold every round back for the lock's TTL.
+    store = runtime().store
+    store.redis.delete(store.key("lock:autoscale"))
     stop_renewing = threading.Event()
 
     def renew() -> None:
