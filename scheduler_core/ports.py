@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from scheduler_core.models import ClusterResource, ElasticJob
+from pydantic import BaseModel, ConfigDict, NonNegativeInt
+
+from scheduler_core.models import ClusterResource, ElasticJob, Reason
 
 
 class Clock(Protocol):
@@ -27,30 +29,72 @@ class ClusterReader(Protocol):
     def elastic_jobs(self) -> Sequence[ElasticJob]: ...
 
 
-class ReplicaScaler(Protocol):
-    """Applies an absolute replica count to a job's scale target.
+class ScaleRequest(BaseModel):
+    """One absolute replica target for one job, with the decision that chose it.
 
-    Returns the replica count in force afterwards. Raises
-    ``TransientScaleError`` for failures worth retrying and
-    ``PermanentScaleError`` for the rest. ``policy``, ``rule`` and
-    ``limited_by`` name what decided (the decision's reason); an adapter may
-    record them (ElasticJob ``status.lastDecision``) or ignore them. Calling
-    it with the count already in force must be harmless: it confirms (and may
-    repair what the adapter records), it changes nothing.
+    ``reason`` is the policy's reason (rule, message, numbers); ``policy`` names
+    the policy that decided; ``generation`` the runtime's decision number (None
+    for a call outside the runtime's decision path: a confirmation, a test, the
+    EDL facade); ``epoch_time_s`` the epoch time of the report decided on
+    (KubeML's ``JobState.elapsed_time``, echoed to a parameter server).
     """
 
-    def current_replicas(self, job: str) -> int: ...
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int: ...
+    job: str
+    replicas: NonNegativeInt
+    reason: Reason
+    policy: str | None = None
+    generation: int | None = None
+    epoch_time_s: float | None = None
+    # The decider's copy of the job's object, as its adapter last saw it (the
+    # planner's watch cache hands the ElasticJob), so the scaler need not read it
+    # again; opaque to the core. A stale copy is caught by its resourceVersion.
+    observed: dict[str, Any] | None = None
+
+    def reason_text(self) -> str:
+        """The message, with its generation when it has one; the rule travels on its own."""
+        if self.generation is None:
+            return self.reason.message
+        return f"{self.reason.message} (generation {self.generation})"
+
+    def limited_by(self) -> str | None:
+        """What limited the target, from the planner's reason numbers (None: nothing)."""
+        value = self.reason.numbers.get("limited_by")
+        return None if value is None else str(value)
+
+
+class ScaleOutcome(BaseModel):
+    """What a scale did: the count found (``before``) and the count in force after.
+
+    ``after`` may differ from the request's ``replicas`` (clamped to the job's
+    bounds, or left alone because the job is paused); ``note`` says why.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str
+    before: NonNegativeInt
+    after: NonNegativeInt
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+class ReplicaScaler(Protocol):
+    """Applies a ``ScaleRequest`` to a job's scale target; returns its ``ScaleOutcome``.
+
+    Raises ``TransientScaleError`` for failures worth retrying and
+    ``PermanentScaleError`` for the rest. The request carries the decision's
+    reason; an adapter may record it (ElasticJob ``status.lastDecision``) or
+    ignore it. Applying the count already in force must be harmless: it
+    confirms (and may repair what the adapter records), it changes nothing.
+    One call reads the current state once: the outcome's ``before`` is that read.
+    """
+
+    def scale(self, request: ScaleRequest) -> ScaleOutcome: ...
 
 
 class QueueStore(Protocol):

@@ -30,7 +30,12 @@ from scheduler_core.models import (
 )
 from scheduler_core.policies.base import PolicyInput, in_round_order
 from scheduler_core.policies.edl import load_cap
-from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
+from scheduler_core.ports import (
+    PermanentScaleError,
+    ReplicaScaler,
+    ScaleRequest,
+    TransientScaleError,
+)
 from scheduler_core.registry import decide, get_policy, load_state
 from workers.adapters.state_store import AppliedTarget, AutoscaleRun, DecisionRecord, PlanRecord
 from workers.settings import Settings
@@ -54,15 +59,21 @@ class ScaleCommand(BaseModel):
     # The epoch time of the report decided on (KubeML's JobState.elapsed_time,
     # echoed to a parameter server); None for decisions not made on a report.
     epoch_time_s: float | None = None
+    # The planner's cached copy of the job's object (the ElasticJob), so the
+    # scale worker, which holds no cache, need not read it (ScaleRequest.observed).
+    observed: dict[str, Any] | None = None
 
-    def reason_text(self) -> str:
-        """The message with its generation; the rule travels on its own (``rule=``)."""
-        return f"{self.reason.message} (generation {self.generation})"
-
-    def limited_by(self) -> str | None:
-        """What limited the target, from the planner's reason numbers (None: nothing)."""
-        value = self.reason.numbers.get("limited_by")
-        return None if value is None else str(value)
+    def request(self) -> ScaleRequest:
+        """The replica scaler's request: the target with the decision's reason."""
+        return ScaleRequest(
+            job=self.job,
+            replicas=self.target,
+            reason=self.reason,
+            policy=self.policy,
+            generation=self.generation,
+            epoch_time_s=self.epoch_time_s,
+            observed=self.observed,
+        )
 
 
 SendScale = Callable[[ScaleCommand], None]
@@ -110,22 +121,6 @@ class RoutingScaler(Protocol):
     and can look up a batch's routes in one read."""
 
     def routed(self, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]: ...
-
-
-@runtime_checkable
-class EpochAnsweringScaler(Protocol):
-    """A scaler whose jobs wait for an answer to every report (KubeML's parameter
-    server): each decision (generation) is sent, even one that keeps the count."""
-
-    def answer_epoch(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        generation: int,
-        elapsed_time: float | None,
-        reason: str,
-    ) -> int: ...
 
 
 def _scalers(rt: Runtime, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]:
@@ -209,36 +204,18 @@ def _apply_locked(
         return f"superseded by generation {newest}", None
     if applied is not None and applied.generation >= command.generation:
         return f"already applied (generation {applied.generation})", None
-    current = scaler.current_replicas(command.job)
     rt.faults.pause("scaler_call", command.job)  # test-only: kill -9 before the write
-    if isinstance(scaler, EpochAnsweringScaler):
-        # Reached once per new generation (the checks above): KubeML's job gets
-        # exactly one answer per report, also when its parallelism stays.
-        scaler.answer_epoch(
-            command.job,
-            command.target,
-            generation=command.generation,
-            elapsed_time=command.epoch_time_s,
-            reason=command.reason_text(),
-        )
-    else:
-        # Called even when the target is already in force: a retry after a write that
-        # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
-        # PUT did not) must still repair what the scaler records. The port makes a
-        # call with the count in force a confirmation, not a second change.
-        scaler.scale(
-            command.job,
-            command.target,
-            reason=command.reason_text(),
-            policy=command.policy,
-            rule=command.reason.rule,
-            limited_by=command.limited_by(),
-        )
+    # Called even when the target is already in force: a retry after a write that
+    # half-failed (Kubernetes: the Scale PUT went through, the ElasticJob /status
+    # PUT did not) must still repair what the scaler records. The port makes a
+    # call with the count in force a confirmation, not a second change; a
+    # parameter server gets one answer per generation (KubeML's job waits for it).
+    result = scaler.scale(command.request())
     rt.faults.pause("scaler_called", command.job)  # test-only: ... and after it
-    if current == command.target:
+    if result.before == command.target:
         outcome = "already at target"
     else:
-        outcome = f"scaled {current} -> {command.target}"
+        outcome = f"scaled {result.before} -> {command.target}"
     record = AppliedTarget(
         generation=command.generation, target=command.target, at=rt.clock.now(), outcome=outcome
     )
@@ -267,10 +244,11 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
     note = ""
     try:
         # Defence in depth: the Kubernetes reader watches only the scope already.
+        # The planner's cache (only this round builds it: workers hold none).
         jobs = tuple(
-            j for j in rt.cluster_reader.elastic_jobs() if settings.namespace_allowed(j.namespace)
+            j for j in rt.cluster_view.elastic_jobs() if settings.namespace_allowed(j.namespace)
         )
-        cluster = rt.cluster_reader.inquire()
+        cluster = rt.cluster_view.inquire()
         policy = settings.cluster_policy
         # Jobs driven by another policy (KubeML per-report) still count in the snapshot.
         candidates = tuple(j for j in jobs if j.policy == policy)
@@ -308,6 +286,8 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
                     reason=decision.reason,
                     source="autoscale",
                     policy=policy,
+                    # Handed on so the scale worker reads only the target's /scale.
+                    observed=rt.observed_job(decision.job),
                 )
             )
         record = PlanRecord(

@@ -176,6 +176,17 @@ class Settings(BaseSettings):
     kube_cache_sync_timeout: float = Field(default=30.0, gt=0)
     kube_watch_timeout_seconds: int = Field(default=300, ge=1)
 
+    # --- PLANNER (issue 16): ``trainscaler planner``'s Lease (coordination.k8s.io/v1) ---
+    # client-go's defaults: lease 15 s, renew deadline 10 s, retry every 2 s.
+    planner_lease_name: str = Field(default="trainscaler-planner", min_length=1, max_length=253)
+    # Empty: the pod's own namespace in the cluster (its service account's), else "default".
+    planner_lease_namespace: str = Field(default="", max_length=63)
+    # Empty: ``<hostname>_<random>`` (a restarted pod is a new candidate).
+    planner_identity: str = ""
+    planner_lease_duration_seconds: int = Field(default=15, ge=2)
+    planner_renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    planner_retry_period_seconds: float = Field(default=2.0, gt=0)
+
     # --- Trace-driven simulator (``trainscaler simulate``) ---
     # Folder of the measured traces and workloads; None = ../shared/data/pollux beside the repo.
     pollux_data_dir: str | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from typing import Protocol, runtime_checkable
 
 from scheduler_core.models import TrainRequest
 from scheduler_core.ports import ClusterReader
@@ -56,11 +57,29 @@ def elastic_job_keys(reader: ClusterReader) -> frozenset[str] | None:
         return None
 
 
+@runtime_checkable
+class ElasticJobLookup(Protocol):
+    """A reader that answers for one job with a targeted read instead of a listing."""
+
+    def has_elastic_job(self, key: str) -> bool: ...
+
+
+def _known_keys(reader: ClusterReader, job: str) -> Collection[str] | None:
+    """The keys ``job`` is checked against; None when the cluster cannot be read now."""
+    if not isinstance(reader, ElasticJobLookup):
+        return elastic_job_keys(reader)
+    try:
+        return {job} if reader.has_elastic_job(job) else set()
+    except Exception:  # any adapter failure: unknown, as for a listing
+        log.warning("could not read ElasticJob %s", job, exc_info=True)
+        return None
+
+
 def check_target(request: TrainRequest, *, job: str, scaler: str, reader: ClusterReader) -> None:
     """Raise ``NoTargetError`` with the reason when ``job`` could never be scaled."""
     if has_parameter_server(request) or scaler != "kubernetes":
         return
-    keys = elastic_job_keys(reader)
+    keys = _known_keys(reader, job)
     if keys is None:
         return  # unknown now: accepted; the job views show it once the cluster answers
     reason = missing_target(request, job=job, scaler=scaler, elastic_jobs=keys)

@@ -256,7 +256,8 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResult
         )
         return "dead-lettered", "gave_up"
     delay = _backoff(rt, command.attempt)
-    retry = command.model_copy(update={"attempt": command.attempt + 1})
+    # A retry reads the job afresh: the planner's copy it carried may be what failed.
+    retry = command.model_copy(update={"attempt": command.attempt + 1, "observed": None})
     # Only this command is retried, on its own, after the backoff (and re-reads first).
     _send_scales([retry], countdown=delay)
     return f"retrying in {delay:.2f}s: {error}", "transient_error"

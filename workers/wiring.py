@@ -4,6 +4,12 @@ Tasks, the CLI and the API ask here for what they need; nothing else decides
 which implementation of a port is used. The Kubernetes adapters (owned by
 ``workers.adapters.kubernetes``) are imported lazily, only when
 ``Settings.scaler == "kubernetes"``, so the rest runs without them.
+
+One Kubernetes client per process (one ``KubeAdapter``: one token bucket),
+shared by its reader and its scaler. Only the planner's autoscale round asks
+for ``Runtime.cluster_view`` (the list-and-watch cache); every other reader
+(``Runtime.cluster_reader``) reads with targeted requests and holds nothing,
+so watch streams and cache memory do not grow with worker processes.
 """
 
 from __future__ import annotations
@@ -88,37 +94,6 @@ def _kube_observer(metrics: RuntimeMetrics | None) -> Callable[[str, int | str],
     return observe
 
 
-def build_scaler(
-    settings: Settings,
-    *,
-    client: redis.Redis,
-    clock: Clock,
-    metrics: RuntimeMetrics | None = None,
-) -> ReplicaScaler:
-    """The replica scaler port: Kubernetes scale subresource, or the recording one."""
-    if settings.scaler == "kubernetes":
-        kubernetes = importlib.import_module("workers.adapters.kubernetes")
-        scaler: ReplicaScaler = kubernetes.build_scaler(settings, observe=_kube_observer(metrics))
-        return scaler
-    faults = FaultInjector(
-        client, prefix=settings.redis_key_prefix, enabled=settings.fault_injection
-    )
-    return RecordingScaler(client, prefix=settings.redis_key_prefix, clock=clock, faults=faults)
-
-
-def build_cluster_reader(
-    settings: Settings, *, client: redis.Redis, metrics: RuntimeMetrics | None = None
-) -> ClusterReader:
-    """The cluster reader port: Kubernetes, or the static description in Redis."""
-    if settings.scaler == "kubernetes":
-        kubernetes = importlib.import_module("workers.adapters.kubernetes")
-        reader: ClusterReader = kubernetes.build_cluster_reader(
-            settings, observe=_kube_observer(metrics)
-        )
-        return reader
-    return StaticClusterReader(client, prefix=settings.redis_key_prefix)
-
-
 class Runtime:
     """Every adapter one worker process uses, built on first use."""
 
@@ -183,13 +158,47 @@ class Runtime:
         )
 
     @cached_property
+    def kube(self) -> Any:
+        """This process's ``KubeAdapter`` (its one client); Kubernetes setups only."""
+        kubernetes = importlib.import_module("workers.adapters.kubernetes")
+        return kubernetes.KubeAdapter(self.settings, observe=_kube_observer(self.metrics))
+
+    @cached_property
     def scaler(self) -> ReplicaScaler:
+        if self.settings.scaler == "kubernetes":
+            default: ReplicaScaler = self.kube.replica_scaler()
+        else:
+            default = RecordingScaler(
+                self.redis,
+                prefix=self.settings.redis_key_prefix,
+                clock=self.clock,
+                faults=self.faults,
+            )
         # KubeML parameter-server mode: a job with a ps_url is scaled through its server.
-        return with_parameter_servers(
-            build_scaler(self.settings, client=self.redis, clock=self.clock, metrics=self.metrics),
-            store=self.store,
-        )
+        return with_parameter_servers(default, store=self.store)
 
     @cached_property
     def cluster_reader(self) -> ClusterReader:
-        return build_cluster_reader(self.settings, client=self.redis, metrics=self.metrics)
+        """Reads without a cache (targeted requests): any process may use it."""
+        if self.settings.scaler == "kubernetes":
+            reader: ClusterReader = self.kube.direct_reader()
+            return reader
+        return StaticClusterReader(self.redis, prefix=self.settings.redis_key_prefix)
+
+    @cached_property
+    def cluster_view(self) -> ClusterReader:
+        """The planner's reader over the list-and-watch cache (built on first use).
+
+        Only the autoscale round (queue ``control``: the planner) asks for it.
+        """
+        if self.settings.scaler == "kubernetes":
+            view: ClusterReader = self.kube.cluster_reader()
+            return view
+        return self.cluster_reader
+
+    def observed_job(self, job: str) -> dict[str, Any] | None:
+        """The planner cache's copy of ``job``'s object, to hand to the scale worker."""
+        if self.settings.scaler != "kubernetes":
+            return None
+        observed: dict[str, Any] | None = self.kube.observed_elastic_job(job)
+        return observed

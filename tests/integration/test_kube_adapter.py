@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 
 import pytest
 
+from scheduler_core.models import Reason
 from scheduler_core.ports import (
     ClusterReader,
     PermanentScaleError,
     ReplicaScaler,
+    ScaleRequest,
     TransientScaleError,
 )
 from sim.apiserver import LoopbackApiServer
@@ -29,7 +31,6 @@ from workers.adapters.kubernetes.cache import Informer
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient, WallClock
 from workers.adapters.kubernetes.kinds import ELASTICJOBS, ResourceKind
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
-from workers.adapters.kubernetes.scaler import REMEMBER_READ_S, KubeReplicaScaler
 from workers.settings import Settings
 
 T = TypeVar("T")
@@ -75,6 +76,27 @@ TRAINJOB_CRD: dict[str, Any] = {
     },
 }
 TRAINJOBS = ResourceKind("example.com", "v1", "trainjobs", "TrainJob")
+
+
+def scale(
+    scaler: ReplicaScaler,
+    job: str,
+    replicas: int,
+    *,
+    reason: str,
+    policy: str | None = None,
+    rule: str = "test",
+    observed: dict[str, Any] | None = None,
+) -> int:
+    """The port's request for ``job``; the count in force after."""
+    request = ScaleRequest(
+        job=job,
+        replicas=replicas,
+        reason=Reason(rule=rule, message=reason),
+        policy=policy,
+        observed=observed,
+    )
+    return scaler.scale(request).after
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout: float = WAIT, what: str = "") -> T:
@@ -344,25 +366,27 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     create_workload(kube, kind, "trainer", replicas=1)
     create_elastic_job(kube, "trainer", api_version=api_version, kind=kind, max_replicas=4)
     scaler = adapter.replica_scaler()
-    assert scaler.current_replicas("ml/trainer") == 1
 
     server.reset_request_counts()
-    after = scaler.scale("ml/trainer", 3, reason="grew 1 -> 3", policy="edl", rule="edl.scale_up")
+    after = scale(scaler, "ml/trainer", 3, reason="grew 1 -> 3", policy="edl", rule="edl.scale_up")
     counts = server.request_counts()
     assert after == 3 and target_replicas(kube, kind, "trainer") == 3
     assert outside_rbac(counts) == set()
-    # Right after current_replicas, a scale writes with what that read: the target's
-    # write, one event, one status write; no ElasticJob read. Its first write takes no
-    # target read either; a later one follows a re-read (the loopback workload
-    # controller may still be writing the new workload's status: a 409).
+    # Without the planner's copy: one read of the ElasticJob, then the target read
+    # before each write (the loopback workload controller may still be writing the
+    # new workload's status: a 409, re-read), one event, one status write.
     target_read, target_write = (
         (("get", "jobs"), ("patch", "jobs"))
         if kind == "Job"
         else (("get", f"{kind.lower()}s/scale"), ("update", f"{kind.lower()}s/scale"))
     )
     writes, reads = counts.pop(target_write), counts.pop(target_read, 0)
-    assert writes == reads + 1
-    assert counts == {("create", "events"): 1, ("update", "elasticjobs/status"): 1}
+    assert writes == reads
+    assert counts == {
+        ("get", "elasticjobs"): 1,
+        ("create", "events"): 1,
+        ("update", "elasticjobs/status"): 1,
+    }
 
     status = get_elastic_job(kube, "trainer")["status"]
     assert (status["currentReplicas"], status["desiredReplicas"]) == (3, 3)
@@ -378,17 +402,17 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     assert conditions["ScalingLimited"]["status"] == "False"
     assert [e["reason"] for e in events_for(kube, "trainer")] == ["ScaledUp"]
 
-    # On its own, a scale reads the job, and the target before each write.
+    # With the planner's copy of the ElasticJob: the one read is the target's.
+    observed = get_elastic_job(kube, "trainer")
     server.reset_request_counts()
-    assert scaler.scale("ml/trainer", 2, reason="shrank 3 -> 2") == 2
+    assert scale(scaler, "ml/trainer", 2, reason="shrank 3 -> 2", observed=observed) == 2
     counts = server.request_counts()
-    assert counts[("get", "elasticjobs")] == 1
+    assert ("get", "elasticjobs") not in counts
     assert counts[target_read] == counts[target_write] >= 1
     assert target_replicas(kube, kind, "trainer") == 2
-    # A remembered count that already matches is read again before it is confirmed.
-    assert scaler.current_replicas("ml/trainer") == 2
+    # The count in force is only confirmed: one read, no target write.
     server.reset_request_counts()
-    assert scaler.scale("ml/trainer", 2, reason="confirm") == 2
+    assert scale(scaler, "ml/trainer", 2, reason="confirm") == 2
     counts = server.request_counts()
     assert counts[target_read] == 1 and target_write not in counts
     assert sorted(e["reason"] for e in events_for(kube, "trainer")) == ["ScaledDown", "ScaledUp"]
@@ -414,7 +438,7 @@ def test_scaler_scales_a_custom_resource_through_its_scale_subresource(
     )
     create_elastic_job(kube, "pt", api_version="example.com/v1", kind="TrainJob", max_replicas=8)
     scaler = adapter.replica_scaler()
-    assert scaler.scale("ml/pt", 5, reason="grew") == 5
+    assert scale(scaler, "ml/pt", 5, reason="grew") == 5
     assert target_replicas(kube, "TrainJob", "pt") == 5
     assert get_elastic_job(kube, "pt")["status"]["currentReplicas"] == 5
     # The reader sees a CR target through a GET of /scale (not a LIST).
@@ -440,7 +464,7 @@ def _served(kube: KubeClient, kind: ResourceKind) -> bool:
 def test_scale_clamps_to_max_and_reports_the_limit(kube: KubeClient, adapter: KubeAdapter) -> None:
     create_workload(kube, "Deployment", "capped", replicas=1)
     create_elastic_job(kube, "capped", max_replicas=3)
-    assert adapter.replica_scaler().scale("ml/capped", 10, reason="wants more") == 3
+    assert scale(adapter.replica_scaler(), "ml/capped", 10, reason="wants more") == 3
     limited = {c["type"]: c for c in get_elastic_job(kube, "capped")["status"]["conditions"]}
     assert limited["ScalingLimited"]["status"] == "True"
     assert limited["ScalingLimited"]["reason"] == "TooManyReplicas"
@@ -451,7 +475,7 @@ def test_paused_job_is_never_written(server: Any, kube: KubeClient, adapter: Kub
     create_elastic_job(kube, "frozen", paused=True)
     scaler = adapter.replica_scaler()
     server.reset_request_counts()
-    assert scaler.scale("ml/frozen", 4, reason="would grow") == 2
+    assert scale(scaler, "ml/frozen", 4, reason="would grow") == 2
     writes = {k for k in server.request_counts() if k[0] in {"update", "patch", "create"}}
     assert writes == set()
     assert target_replicas(kube, "Deployment", "frozen") == 2
@@ -467,7 +491,7 @@ def test_conflicts_are_reread_and_retried(
     server.inject_faults(
         verb="update", rate=0.5, codes=(409,), seed=SEED_FAILING_FIRST, resource="deployments/scale"
     )
-    assert scaler.scale("ml/busy", 2, reason="grew") == 2
+    assert scale(scaler, "ml/busy", 2, reason="grew") == 2
     counts = server.request_counts()
     server.inject_faults(verb="update", rate=0.0, codes=(409,), seed=0)
     assert target_replicas(kube, "Deployment", "busy") == 2
@@ -476,54 +500,24 @@ def test_conflicts_are_reread_and_retried(
     assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")]
 
 
-class SteppedClock:
-    def __init__(self, now: float) -> None:
-        self.now_s = now
-
-    def now(self) -> float:
-        return self.now_s
-
-
-def test_a_stale_remembered_read_is_a_conflict_then_reread(
+def test_a_stale_observed_copy_costs_a_status_conflict_then_a_reread(
     server: Any, kube: KubeClient, adapter: KubeAdapter
 ) -> None:
     create_workload(kube, "Deployment", "moved", replicas=1)
     create_elastic_job(kube, "moved", max_replicas=8)
     scaler = adapter.replica_scaler()
-    assert scaler.current_replicas("ml/moved") == 1
-    # Someone else scales in between: the remembered Scale's resourceVersion is stale.
-    path = f"/apis/apps/v1/namespaces/{NS}/deployments/moved/scale"
-    scale = kube.request("GET", path)
-    kube.request("PUT", path, body={**scale, "spec": {"replicas": 5}})
+    stale = get_elastic_job(kube, "moved")
+    # The job changes after the planner's cache saw it (a status write of another scale).
+    assert scale(scaler, "ml/moved", 2, reason="grew") == 2
     server.reset_request_counts()
-    assert scaler.scale("ml/moved", 3, reason="grew") == 3
+    assert scale(scaler, "ml/moved", 3, reason="grew", observed=stale) == 3
     counts = server.request_counts()
     assert target_replicas(kube, "Deployment", "moved") == 3
-    # The first write used the remembered (stale) read and got a 409; every later
-    # write follows a re-read. (The loopback Deployment controller may bump the
-    # version once more while it catches up with the outside change: another 409.)
-    updates, reads = counts[("update", "deployments/scale")], counts[("get", "deployments/scale")]
-    assert updates >= 2 and updates == reads + 1
-
-
-def test_a_remembered_read_expires(server: Any, kube: KubeClient, adapter: KubeAdapter) -> None:
-    create_workload(kube, "Deployment", "later", replicas=1)
-    create_elastic_job(kube, "later", max_replicas=8)
-    clock = SteppedClock(1000.0)
-    scaler = KubeReplicaScaler(adapter.client, clock=clock)
-    assert scaler.current_replicas("ml/later") == 1
-    clock.now_s += REMEMBER_READ_S + 1
-    server.reset_request_counts()
-    assert scaler.scale("ml/later", 2, reason="grew") == 2
-    counts = server.request_counts()
-    # Every write follows a read of its own (a remembered read would save the first).
+    # The /status PUT with the stale resourceVersion is a 409: the job is read once and
+    # the status written again; the target itself was read (and written) with its own.
+    assert counts[("update", "elasticjobs/status")] == 2
     assert counts[("get", "elasticjobs")] == 1
-    assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")] >= 1
-    # Used once: the next scale reads again too.
-    server.reset_request_counts()
-    assert scaler.scale("ml/later", 3, reason="grew") == 3
-    counts = server.request_counts()
-    assert counts[("get", "deployments/scale")] == counts[("update", "deployments/scale")] >= 1
+    assert get_elastic_job(kube, "moved")["status"]["currentReplicas"] == 3
 
 
 def test_lasting_conflict_is_transient_and_recorded(
@@ -535,7 +529,7 @@ def test_lasting_conflict_is_transient_and_recorded(
     server.reset_request_counts()
     server.inject_faults(verb="update", rate=1.0, codes=(409,), seed=0)
     with pytest.raises(TransientScaleError):
-        scaler.scale("ml/stuck", 2, reason="grew")
+        scale(scaler, "ml/stuck", 2, reason="grew")
     counts = server.request_counts()
     server.inject_faults(verb="update", rate=0.0, codes=(409,), seed=0)
     assert counts[("update", "deployments/scale")] == 4  # first try + 3 retries
@@ -559,7 +553,7 @@ def test_api_errors_are_mapped(
     server.inject_faults(verb="update", rate=1.0, codes=(code,), seed=0)
     try:
         with pytest.raises(error):
-            adapter.replica_scaler().scale("ml/flaky", 2, reason="grew")
+            scale(adapter.replica_scaler(), "ml/flaky", 2, reason="grew")
     finally:
         server.inject_faults(verb="update", rate=0.0, codes=(code,), seed=0)
 
@@ -567,10 +561,10 @@ def test_api_errors_are_mapped(
 def test_missing_job_or_target_is_permanent(kube: KubeClient, adapter: KubeAdapter) -> None:
     scaler = adapter.replica_scaler()
     with pytest.raises(PermanentScaleError):
-        scaler.scale("ml/nobody", 2, reason="grew")
+        scale(scaler, "ml/nobody", 2, reason="grew")
     create_elastic_job(kube, "orphan")  # its Deployment does not exist
     with pytest.raises(PermanentScaleError):
-        scaler.scale("ml/orphan", 2, reason="grew")
+        scale(scaler, "ml/orphan", 2, reason="grew")
     assert [e["reason"] for e in events_for(kube, "orphan")] == ["ScaleFailed"]
     # Bounds the CRD's CEL rule forbids: the server refuses them, as a real one does...
     create_workload(kube, "Deployment", "inverted", replicas=1)
@@ -581,7 +575,7 @@ def test_missing_job_or_target_is_permanent(kube: KubeClient, adapter: KubeAdapt
     with crd_without_rules(kube):
         create_elastic_job(kube, "inverted", min_replicas=5, max_replicas=2)
     with pytest.raises(PermanentScaleError, match="invalid bounds"):
-        scaler.scale("ml/inverted", 3, reason="grew")
+        scale(scaler, "ml/inverted", 3, reason="grew")
     assert target_replicas(kube, "Deployment", "inverted") == 1
 
 
@@ -723,7 +717,7 @@ def test_watches_and_writes_are_scoped_to_trainscaler_namespaces(
         # The scaler refuses an out-of-scope job before any request.
         server.reset_request_counts()
         with pytest.raises(PermanentScaleError, match="outside TRAINSCALER_NAMESPACES"):
-            adapter.replica_scaler().scale("kube-system/j", 3, reason="test")
+            scale(adapter.replica_scaler(), "kube-system/j", 3, reason="test")
         # (The cache's watches may reconnect meanwhile; no read or write of a job may happen.)
         assert not {k for k in server.request_counts() if k[0] in {"get", "update", "patch"}}
     finally:

@@ -20,8 +20,14 @@ import pytest
 import redis
 
 from scheduler_core.models import Reason, TrainRequest
-from scheduler_core.ports import PermanentScaleError, TransientScaleError
+from scheduler_core.ports import (
+    PermanentScaleError,
+    ScaleOutcome,
+    ScaleRequest,
+    TransientScaleError,
+)
 from tests.integration.conftest import PREFIX, wait_for
+from tests.unit.builders import scale_request
 from workers.adapters.parameter_server import (
     ParameterServerRouter,
     ParameterServerScaler,
@@ -116,10 +122,15 @@ def test_first_decision_starts_the_task_later_ones_update_it(redis_client, ps) -
     job = _record(store, "job-1", url)
     scaler = ParameterServerScaler(store, timeout=2.0)
     assert scaler.current_replicas(job) == 0
-    assert scaler.scale(job, 3, reason="gen 1 throughput.start: first contact") == 3
+    assert (
+        scaler.scale(scale_request(job, 3, reason="gen 1 throughput.start: first contact")).after
+        == 3
+    )
     assert scaler.current_replicas(job) == 3
-    assert scaler.scale(job, 5, reason="gen 2 throughput.up: faster") == 5
-    assert scaler.scale(job, 5, reason="gen 3 confirm") == 5  # in force: nothing sent
+    assert scaler.scale(scale_request(job, 5, reason="gen 2 throughput.up: faster")).after == 5
+    assert (
+        scaler.scale(scale_request(job, 5, reason="gen 3 confirm")).after == 5
+    )  # in force: nothing sent
     start, update = server.calls
     assert start.path == "/ps/start" and update.path == "/ps/update/job-1"
     # KubeML's TrainTask (ml/pkg/api/types.go) under its JSON names, nothing else.
@@ -153,9 +164,9 @@ def test_every_epoch_answer_is_sent_even_when_the_parallelism_stays(redis_client
     store = StateStore(redis_client, prefix=PREFIX)
     job = _record(store, "job-keep", url)
     scaler = ParameterServerScaler(store, timeout=2.0)
-    scaler.answer_epoch(job, 2, generation=1, elapsed_time=None, reason="create")
-    scaler.answer_epoch(job, 2, generation=2, elapsed_time=41.5, reason="keep")
-    scaler.answer_epoch(job, 2, generation=3, elapsed_time=40.0, reason="clamped")
+    scaler.scale(scale_request(job, 2, generation=1, reason="create"))
+    scaler.scale(scale_request(job, 2, generation=2, epoch_time_s=41.5, reason="keep"))
+    scaler.scale(scale_request(job, 2, generation=3, epoch_time_s=40.0, reason="clamped"))
     assert [(c.path, c.body) for c in server.calls] == [
         ("/ps/start", {**server.calls[0].body}),
         ("/ps/update/job-keep", {"parallelism": 2, "elapsed_time": 41.5}),
@@ -181,9 +192,11 @@ def test_transient_answers_keep_the_task_unstarted(redis_client, ps, status: int
     job = _record(store, "job-t", url)
     scaler = ParameterServerScaler(store, timeout=2.0)
     with pytest.raises(TransientScaleError, match=f"HTTP {status}"):
-        scaler.scale(job, 2, reason="r")
+        scaler.scale(scale_request(job, 2, reason="r"))
     assert scaler.current_replicas(job) == 0
-    assert scaler.scale(job, 2, reason="r") == 2  # the retry still creates the task
+    assert (
+        scaler.scale(scale_request(job, 2, reason="r")).after == 2
+    )  # the retry still creates the task
     assert [c.path for c in server.calls] == ["/ps/start", "/ps/start"]
 
 
@@ -194,7 +207,7 @@ def test_permanent_answers_raise_permanent(redis_client, ps, status: int) -> Non
     store = StateStore(redis_client, prefix=PREFIX)
     job = _record(store, "job-p", url)
     with pytest.raises(PermanentScaleError, match=f"HTTP {status}"):
-        ParameterServerScaler(store, timeout=2.0).scale(job, 2, reason="r")
+        ParameterServerScaler(store, timeout=2.0).scale(scale_request(job, 2, reason="r"))
 
 
 def test_unreachable_or_slow_servers_are_transient(redis_client, ps) -> None:
@@ -203,24 +216,24 @@ def test_unreachable_or_slow_servers_are_transient(redis_client, ps) -> None:
     server.delay_s = 1.0
     slow = _record(store, "slow", url)
     with pytest.raises(TransientScaleError, match="timed out"):
-        ParameterServerScaler(store, timeout=0.2).scale(slow, 2, reason="r")
+        ParameterServerScaler(store, timeout=0.2).scale(scale_request(slow, 2, reason="r"))
     from workers.adapters.redis_server import free_port
 
     gone = _record(store, "gone", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(TransientScaleError, match="unreachable"):
-        ParameterServerScaler(store, timeout=1.0).scale(gone, 2, reason="r")
+        ParameterServerScaler(store, timeout=1.0).scale(scale_request(gone, 2, reason="r"))
 
 
 def test_jobs_without_a_usable_ps_url_are_permanent_errors(redis_client) -> None:
     store = StateStore(redis_client, prefix=PREFIX)
     scaler = ParameterServerScaler(store, timeout=1.0)
     with pytest.raises(PermanentScaleError, match="no parameter-server URL"):
-        scaler.scale("ml/unknown", 2, reason="r")
+        scaler.scale(scale_request("ml/unknown", 2, reason="r"))
     job = _record(store, "ftp", "ftp://example.invalid/x")
     with pytest.raises(PermanentScaleError, match="not an http"):
-        scaler.scale(job, 2, reason="r")
+        scaler.scale(scale_request(job, 2, reason="r"))
     with pytest.raises(PermanentScaleError, match="parallelism >= 1"):
-        scaler.scale(_record(store, "zero", "http://127.0.0.1:1"), 0, reason="r")
+        scaler.scale(scale_request(_record(store, "zero", "http://127.0.0.1:1"), 0, reason="r"))
 
 
 class CountingScaler:
@@ -228,22 +241,10 @@ class CountingScaler:
         self.calls: list[tuple[str, int]] = []
         self.rules: list[str | None] = []
 
-    def current_replicas(self, job: str) -> int:
-        return 0
-
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int:
-        self.calls.append((job, replicas))
-        self.rules.append(rule)
-        return replicas
+    def scale(self, request: ScaleRequest) -> ScaleOutcome:
+        self.calls.append((request.job, request.replicas))
+        self.rules.append(request.reason.rule)
+        return ScaleOutcome(job=request.job, before=0, after=request.replicas)
 
 
 def test_the_router_sends_only_ps_jobs_to_their_server(redis_client, ps) -> None:
@@ -254,11 +255,13 @@ def test_the_router_sends_only_ps_jobs_to_their_server(redis_client, ps) -> None
     default = CountingScaler()
     router = with_parameter_servers(default, store=store)
     assert isinstance(router, ParameterServerRouter)
-    router.scale(ps_job, 2, reason="r")
-    router.scale(kube_job, 4, reason="r", policy="edl", rule="edl.grow")
-    router.scale("ml/crd-job", 1, reason="r")  # no record at all: a Kubernetes target
+    router.scale(scale_request(ps_job, 2, reason="r"))
+    router.scale(scale_request(kube_job, 4, policy="edl", rule="edl.grow"))
+    router.scale(
+        scale_request("ml/crd-job", 1, reason="r")
+    )  # no record at all: a Kubernetes target
     assert default.calls == [(kube_job, 4), ("ml/crd-job", 1)]
-    assert default.rules == ["edl.grow", None]  # the decision's rule reaches the scaler
+    assert default.rules == ["edl.grow", "test"]  # the decision's rule reaches the scaler
     assert [c.path for c in server.calls] == ["/ps/start"]
 
 
@@ -391,5 +394,5 @@ def test_an_http_client_can_be_injected(redis_client: redis.Redis, ps) -> None:
     store = StateStore(redis_client, prefix=PREFIX)
     job = _record(store, "inj", url)
     with httpx.Client(timeout=2.0, headers={"X-Cluster": "c1"}) as http:
-        ParameterServerScaler(store, http=http).scale(job, 1, reason="r")
+        ParameterServerScaler(store, http=http).scale(scale_request(job, 1, reason="r"))
     assert server.calls[0].headers["X-Cluster"] == "c1"

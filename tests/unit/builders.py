@@ -16,10 +16,12 @@ from scheduler_core.models import (
     ElasticJob,
     JobPhase,
     NodeResources,
+    Reason,
     Resources,
     ScalingDecision,
     ScalingPlan,
 )
+from scheduler_core.ports import ScaleRequest
 
 Quantity = str | int | float
 
@@ -169,4 +171,25 @@ def gpu_cluster(total: int, free: int) -> ClusterResource:
     """A GPU cluster whose free GPUs all sit on one node (enough for gang-policy tests)."""
     return ClusterResource(
         node_count=1, gpu_total=total, nodes=NodeResources(nodes_gpu_free={"node-00": free})
+    )
+
+
+def scale_request(
+    job: str,
+    replicas: int,
+    *,
+    reason: str = "r",
+    rule: str = "test",
+    policy: str | None = None,
+    generation: int | None = None,
+    epoch_time_s: float | None = None,
+) -> ScaleRequest:
+    """The ``ReplicaScaler`` port's request, with a one-line reason."""
+    return ScaleRequest(
+        job=job,
+        replicas=replicas,
+        reason=Reason(rule=rule, message=reason),
+        policy=policy,
+        generation=generation,
+        epoch_time_s=epoch_time_s,
     )

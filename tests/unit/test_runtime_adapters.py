@@ -7,6 +7,7 @@ import json
 import pytest
 
 from scheduler_core.models import ElasticJob, EpochReport, Resources
+from tests.unit.builders import scale_request
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
@@ -40,7 +41,7 @@ def test_static_cluster_overlays_recorded_replicas(rt: Runtime) -> None:
         )
     )
     assert reader.inquire().cpu_request_milli == 1000
-    rt.scaler.scale("default/a", 3, reason="test")
+    rt.scaler.scale(scale_request("default/a", 3, reason="test"))
     assert [j.current_replicas for j in reader.elastic_jobs()] == [3]
     cluster = reader.inquire()
     assert cluster.cpu_request_milli == 3000

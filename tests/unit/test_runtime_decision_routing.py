@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources
+from scheduler_core.ports import ScaleOutcome, ScaleRequest
+from tests.unit.builders import scale_request
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
 from workers.adapters.recording_scaler import RecordingScaler
@@ -73,7 +75,7 @@ def test_a_target_in_force_is_confirmed_through_the_scaler_not_applied_again(
     rt: Runtime,
 ) -> None:
     recording = _recording(rt)
-    recording.scale("default/c", 2, reason="set up")
+    recording.scale(scale_request("default/c", 2, reason="set up"))
     # A retry of a scale whose change went through but whose bookkeeping did not.
     outcome = handlers.apply_scale(rt, _command("default/c", 2, 1))
     assert outcome == "already at target"
@@ -83,20 +85,18 @@ def test_a_target_in_force_is_confirmed_through_the_scaler_not_applied_again(
 
 
 def test_an_already_at_target_retry_calls_the_scaler(rt: Runtime) -> None:
-    calls: list[dict[str, Any]] = []
+    calls: list[ScaleRequest] = []
 
     class Spy:
-        def current_replicas(self, job: str) -> int:
-            return 2
-
-        def scale(self, job: str, replicas: int, **kwargs: Any) -> int:
-            calls.append({"job": job, "replicas": replicas, **kwargs})
-            return replicas
+        def scale(self, request: ScaleRequest) -> ScaleOutcome:
+            calls.append(request)
+            return ScaleOutcome(job=request.job, before=2, after=request.replicas)
 
     rt.__dict__["scaler"] = Spy()  # the cached_property's slot
     assert handlers.apply_scale(rt, _command("default/s", 2, 1)) == "already at target"
-    assert [(c["job"], c["replicas"], c["rule"]) for c in calls] == [
-        ("default/s", 2, "edl.scale_up")
+    # One call, carrying the decision's reason, policy and generation.
+    assert [(c.job, c.replicas, c.reason.rule, c.policy, c.generation) for c in calls] == [
+        ("default/s", 2, "edl.scale_up", "edl", 1)
     ]
 
 

@@ -9,14 +9,13 @@ workload. ``ParameterServerScaler`` is the ``ReplicaScaler`` for such jobs:
   (``{"request": {...}, "job": {"id", "state": {"parallelism", "elapsed_time"}}}``)
   to ``<ps_url>/start``, later ones (``UpdateTask``) POST the ``JobState``
   (``{"parallelism", "elapsed_time"}``) to ``<ps_url>/update/<job_id>``;
-* ``answer_epoch`` is the runtime's call for every decided report of such a
-  job, keep and clamped epochs included: a KubeML train job blocks until its
-  ``/update`` arrives, so each report gets exactly one answer (one generation);
-  ``scale`` (the port) only confirms a count already in force;
+* a request with a ``generation`` (the runtime's decision for a report, keep
+  and clamped epochs included) is always sent: a KubeML train job blocks
+  until its ``/update`` arrives, so each report gets exactly one answer (the
+  runtime applies each generation once); a request without one only confirms
+  a count already in force;
 * the parallelism the server accepted is kept in Redis (``P ps:replicas``
-  HASH job -> replicas), which is what ``current_replicas`` reads, so the
-  runtime's idempotent ``scale`` path (generation check, "already at target")
-  works as for Kubernetes targets;
+  HASH job -> replicas): it is the outcome's ``before``;
 * failures map onto the port's errors: no answer, timeouts, 408, 409, 425,
   429 and 5xx are ``TransientScaleError`` (the ``scale`` task retries with
   backoff); other answers are ``PermanentScaleError`` (dead-lettered).
@@ -35,7 +34,13 @@ import httpx
 import redis
 
 from scheduler_core.models import TaskOperation, TrainRequest
-from scheduler_core.ports import PermanentScaleError, ReplicaScaler, TransientScaleError
+from scheduler_core.ports import (
+    PermanentScaleError,
+    ReplicaScaler,
+    ScaleOutcome,
+    ScaleRequest,
+    TransientScaleError,
+)
 from workers.adapters.kubeml_wire import job_state_json, train_task_json
 from workers.adapters.state_store import JobRecord, StateStore
 
@@ -81,37 +86,28 @@ class ParameterServerScaler:
             raise TransientScaleError(f"reading {job}'s parallelism: {error}") from error
         return int(value) if value is not None else 0
 
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int:
-        # policy/rule/limited_by: a parameter server has no status to put them in.
+    def scale(self, request: ScaleRequest) -> ScaleOutcome:
+        """Answer the job's parameter server (policy and rule have no place there)."""
+        job, replicas = request.job, request.replicas
         _checked_target(job, self._store.get_job(job), replicas)
-        if self.current_replicas(job) == replicas:
-            # The port: the count in force is only confirmed; nothing to tell the server.
-            return replicas
-        return self._send(job, replicas, key=f"{job}:{replicas}", elapsed_time=None, reason=reason)
-
-    def answer_epoch(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        generation: int,
-        elapsed_time: float | None,
-        reason: str,
-    ) -> int:
-        """One decision of the runtime (``generation``) for this job, sent even when
-        the parallelism stays: KubeML's train job waits for it after every epoch."""
-        return self._send(
-            job, replicas, key=f"{job}:gen{generation}", elapsed_time=elapsed_time, reason=reason
+        before = self.current_replicas(job)
+        if request.generation is None:
+            if before == replicas:
+                # The port: the count in force is only confirmed; nothing to tell the server.
+                return ScaleOutcome(job=job, before=before, after=replicas)
+            key = f"{job}:{replicas}"
+        else:
+            # One decision of the runtime for this job, sent even when the
+            # parallelism stays: KubeML's train job waits for it after every epoch.
+            key = f"{job}:gen{request.generation}"
+        after = self._send(
+            job,
+            replicas,
+            key=key,
+            elapsed_time=request.epoch_time_s,
+            reason=request.reason_text(),
         )
+        return ScaleOutcome(job=job, before=before, after=after)
 
     def _send(
         self, job: str, replicas: int, *, key: str, elapsed_time: float | None, reason: str
@@ -214,26 +210,12 @@ class ParameterServerRouter:
             for job, url in urls.items()
         }
 
-    def current_replicas(self, job: str) -> int:
-        return self._target(job).current_replicas(job)
-
     def forget(self, job: str) -> None:
         """KubeML ``taskFinished``: the job's parameter-server parallelism is dropped."""
         self.parameter_servers.forget(job)
 
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int:
-        return self._target(job).scale(
-            job, replicas, reason=reason, policy=policy, rule=rule, limited_by=limited_by
-        )
+    def scale(self, request: ScaleRequest) -> ScaleOutcome:
+        return self._target(request.job).scale(request)
 
 
 def with_parameter_servers(default: ReplicaScaler, *, store: StateStore) -> ReplicaScaler:

@@ -31,7 +31,13 @@ import time
 
 import redis
 
-from scheduler_core.ports import Clock, PermanentScaleError, TransientScaleError
+from scheduler_core.ports import (
+    Clock,
+    PermanentScaleError,
+    ScaleOutcome,
+    ScaleRequest,
+    TransientScaleError,
+)
 
 TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 
@@ -82,17 +88,17 @@ def raise_for_status(status: int, job: str) -> None:
     raise PermanentScaleError(message)
 
 
-# The count in force and the log entry, together (one round trip, atomic);
-# the count already in force is only confirmed (returns 0).
+# The count in force and the log entry, together (one round trip, atomic):
+# returns the count found before; the count already in force is only confirmed.
 _RECORD = """
 local current = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
 if current == ARGV[2] then
   redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
-  return 0
+  return tonumber(current)
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[3])
-return 1
+return tonumber(current)
 """
 
 
@@ -117,9 +123,7 @@ class RecordingScaler:
         return f"{self._prefix}recording:applied"
 
     def current_replicas(self, job: str) -> int:
-        status = self._faults.scale_failure()
-        if status is not None:
-            raise_for_status(status, job)
+        """The count in force (tests and the static cluster reader look here)."""
         value = self._redis.hget(self.replicas_key, job)
         return int(value) if value is not None else 0
 
@@ -127,16 +131,8 @@ class RecordingScaler:
     def confirmed_key(self) -> str:
         return f"{self._prefix}recording:confirmed"
 
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int:
+    def scale(self, request: ScaleRequest) -> ScaleOutcome:
+        job, replicas = request.job, request.replicas
         self._faults.pause("scale", job)
         status = self._faults.scale_failure()
         if status is not None:
@@ -145,21 +141,23 @@ class RecordingScaler:
             {
                 "job": job,
                 "replicas": replicas,
-                "reason": reason,
-                "policy": policy,
-                "rule": rule,
-                "limited_by": limited_by,
+                "reason": request.reason_text(),
+                "policy": request.policy,
+                "rule": request.reason.rule,
+                "limited_by": request.limited_by(),
                 "at": self._clock.now(),
                 "pid": os.getpid(),
             }
         )
-        changed = self._record(
-            keys=[self.replicas_key, self.log_key, self.confirmed_key],
-            args=[job, replicas, entry],
+        before = int(
+            self._record(
+                keys=[self.replicas_key, self.log_key, self.confirmed_key],
+                args=[job, replicas, entry],
+            )
         )
-        if changed:
+        if before != replicas:
             self._faults.pause("scale_applied", job)
-        return replicas
+        return ScaleOutcome(job=job, before=before, after=replicas)
 
     def all_replicas(self) -> dict[str, int]:
         return {_text(k): int(v) for k, v in self._redis.hgetall(self.replicas_key).items()}

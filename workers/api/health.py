@@ -7,9 +7,6 @@ instead of the request hang.
 
 from __future__ import annotations
 
-import importlib
-from functools import cache
-
 from workers.api.context import Probe
 from workers.settings import Settings
 from workers.wiring import Runtime
@@ -29,15 +26,9 @@ def cluster_probe(settings: Settings, rt: Runtime) -> Probe:
     """Kubernetes: ``GET /version`` on the API server; otherwise the cluster reader."""
     if settings.scaler == "kubernetes":
 
-        @cache
-        def client() -> object:
-            # Imported lazily, as workers.wiring does: only Kubernetes setups need it.
-            module = importlib.import_module("workers.adapters.kubernetes.client")
-            return module.build_kube_client(settings)
-
         def kube_probe() -> None:
-            kube = client()
-            kube.request("GET", "/version")  # type: ignore[attr-defined]
+            # The process's one Kubernetes client (and token bucket), as every reader's.
+            rt.kube.client.request("GET", "/version")
 
         return kube_probe
 

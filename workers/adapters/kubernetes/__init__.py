@@ -1,12 +1,18 @@
 """The Kubernetes adapter: ElasticJob CRD, list-and-watch cache, reader, scaler.
 
-Entry points for the runtime (``workers/wiring.py``):
+Entry point for the runtime (``workers/wiring.py``): ``KubeAdapter(settings)``,
+one per process: one rate-limited client (one token bucket: ``kube_qps`` is
+the process's budget) shared by everything the process does, and
 
-- ``build_cluster_reader(settings)`` -> ``ClusterReader`` over a watch cache;
-- ``build_replica_scaler(settings)`` -> ``ReplicaScaler`` (Scale / Job parallelism);
-- ``KubeAdapter(settings)`` when one process wants both on one client and
-  one cache (``adapter.cluster_reader()``, ``adapter.replica_scaler()``,
-  ``adapter.autoscaler()``).
+- ``adapter.cluster_reader()``: ``ClusterReader`` over the list-and-watch
+  cache, built on first use; only the planner asks for it;
+- ``adapter.direct_reader()``: ``ClusterReader`` with targeted LISTs and no
+  cache (event workers, the API);
+- ``adapter.replica_scaler()``: ``ReplicaScaler`` (Scale / Job parallelism),
+  targeted reads and writes, no cache (scale workers);
+- ``adapter.observed_elastic_job(key)``: the cache's copy of an ElasticJob
+  (None when this process has no cache), which the planner hands on with
+  its scale commands.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from workers.adapters.kubernetes.cache import (
     Watched,
 )
 from workers.adapters.kubernetes.client import (
+    JsonObject,
     KubeClient,
     MonotonicClock,
     Observe,
@@ -37,6 +44,7 @@ from workers.adapters.kubernetes.client import (
 )
 from workers.adapters.kubernetes.cluster_index import ClusterIndex
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, install_crd
+from workers.adapters.kubernetes.direct import DirectClusterReader
 from workers.adapters.kubernetes.kinds import (
     ELASTICJOBS,
     NODES,
@@ -52,14 +60,12 @@ __all__ = [
     "ELASTICJOB_CRD",
     "Autoscaler",
     "CacheNotSyncedError",
+    "DirectClusterReader",
     "KubeAdapter",
     "KubeClusterReader",
     "KubeReplicaScaler",
     "RoundResult",
     "build_cache",
-    "build_cluster_reader",
-    "build_replica_scaler",
-    "build_scaler",
     "install_crd",
 ]
 
@@ -169,16 +175,40 @@ class KubeAdapter:
             default_policy=self._settings.cluster_policy,
         )
 
+    def direct_reader(self) -> DirectClusterReader:
+        return DirectClusterReader(
+            self.client,
+            gpu_resource=self._settings.gpu_resource,
+            namespaces=self._settings.namespaces,
+            default_policy=self._settings.cluster_policy,
+        )
+
     def replica_scaler(self) -> KubeReplicaScaler:
-        with self._lock:
-            cache = self._cache
         return KubeReplicaScaler(
             self.client,
             clock=self._wall_clock,
-            elastic_jobs=cache.informer(ELASTICJOBS) if cache is not None else None,
             component=self._settings.kube_field_manager,
             namespaces=self._settings.namespaces,
         )
+
+    def has_cache(self) -> bool:
+        with self._lock:
+            return self._cache is not None
+
+    def observed_elastic_job(self, job: str) -> JsonObject | None:
+        """The cache's copy of ElasticJob ``job`` (``ns/name``); None without a cache."""
+        with self._lock:
+            cache = self._cache
+        if cache is None:
+            return None
+        namespace, _, name = job.partition("/")
+        cached = cache.informer(ELASTICJOBS).get(namespace, name)
+        if cached is None:
+            return None
+        # It travels in a Celery message: managedFields (kilobytes on a real server)
+        # stay behind; a write without them keeps the server's own.
+        meta = {k: v for k, v in (cached.get("metadata") or {}).items() if k != "managedFields"}
+        return {**cached, "metadata": meta}
 
     def autoscaler(self, *, max_load_desired: float | None = None) -> Autoscaler:
         reader = self.cluster_reader()
@@ -189,6 +219,7 @@ class KubeAdapter:
                 self._settings.max_load_desired if max_load_desired is None else max_load_desired
             ),
             clock=self._wall_clock,
+            observed=self.observed_elastic_job,
         )
 
     def close(self) -> None:
@@ -199,24 +230,3 @@ class KubeAdapter:
             cache.stop()
         if client is not None:
             client.close()
-
-
-def build_cluster_reader(
-    settings: Settings, *, observe: Observe | None = None
-) -> KubeClusterReader:
-    """The runtime's ``ClusterReader``: its cache starts on the first read.
-
-    ``observe`` is told of every API request (verb, status code or "error").
-    """
-    return KubeAdapter(settings, observe=observe).cluster_reader()
-
-
-def build_replica_scaler(
-    settings: Settings, *, observe: Observe | None = None
-) -> KubeReplicaScaler:
-    """The runtime's ``ReplicaScaler`` (no cache: reads what it writes with GETs)."""
-    return KubeAdapter(settings, observe=observe).replica_scaler()
-
-
-# The name ``workers/wiring.py`` imports.
-build_scaler = build_replica_scaler

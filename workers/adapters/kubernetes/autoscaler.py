@@ -16,9 +16,9 @@ policy's JSON-able state, which it passes in and takes back.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from scheduler_core.ports import (
     ClusterReader,
     PermanentScaleError,
     ReplicaScaler,
+    ScaleRequest,
     TransientScaleError,
 )
 from scheduler_core.registry import decide
@@ -60,6 +61,7 @@ class Autoscaler:
         max_load_desired: float = DEFAULT_MAX_LOAD_DESIRED,
         clock: Clock,
         policy: str = EDL,
+        observed: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         if not 0 < max_load_desired <= 1:
             raise ValueError(f"max_load_desired must be in (0, 1], got {max_load_desired}")
@@ -69,9 +71,8 @@ class Autoscaler:
         self.max_load_desired = max_load_desired
         self.policy = policy
         self._state: PolicyState | None = None
-        # KubeReplicaScaler also records the rule and the limit in the job's status.
-        parameters = inspect.signature(job_tracker.scale).parameters
-        self._detailed_scaler = all(p in parameters for p in ("policy", "rule", "limited_by"))
+        # The reader's cached copy of a job, handed to the scaler (saves its read).
+        self._observed = observed
 
     def with_max_load_desired(self, max_load_desired: float) -> Autoscaler:
         """EDL's ``WithMaxLoadDesired(f)`` option: a copy with another load cap."""
@@ -106,28 +107,20 @@ class Autoscaler:
         applied: dict[str, int] = {}
         failed: dict[str, str] = {}
         for decision in plan.changes:
-            reason = decision.reason
+            request = ScaleRequest(
+                job=decision.job,
+                replicas=decision.target,
+                reason=decision.reason,
+                policy=plan.policy,
+                observed=self._observed(decision.job) if self._observed else None,
+            )
             try:
-                applied[decision.job] = self._scale(
-                    decision.job,
-                    decision.target,
-                    reason=reason.message,
-                    policy=plan.policy,
-                    rule=reason.rule,
-                    limited_by=_text(reason.numbers.get("limited_by")),
-                )
+                applied[decision.job] = self._scaler.scale(request).after
             except (TransientScaleError, PermanentScaleError) as error:
                 # EDL: a failed job is retried by the next round, the others still apply.
                 failed[decision.job] = str(error)
                 log.warning("scaling %s to %d failed: %s", decision.job, decision.target, error)
         return RoundResult(plan=plan, cluster=cluster, applied=applied, failed=failed)
-
-    def _scale(self, job: str, replicas: int, *, reason: str, **details: Any) -> int:
-        if not self._detailed_scaler:
-            # A ReplicaScaler that takes only the port's ``reason`` keyword.
-            return self._scaler.scale(job, replicas, reason=reason)
-        scale: Any = self._scaler.scale
-        return int(scale(job, replicas, reason=reason, **details))
 
     def run(self, stop: threading.Event, interval: float) -> int:
         """EDL's ``Run``: a round every ``interval`` seconds until ``stop`` is set.
@@ -144,7 +137,3 @@ class Autoscaler:
             rounds += 1
             stop.wait(interval)
         return rounds
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)

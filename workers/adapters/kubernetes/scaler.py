@@ -11,26 +11,29 @@
   401, 403, 404, 422 and other 4xx).
 - After a scale: the ElasticJob's status through ``/status`` and a core/v1
   Event (``ScaledUp``, ``ScaledDown``; ``ScaleFailed`` on errors).
-- The runtime asks ``current_replicas`` just before ``scale``: what that read
-  is remembered for a few seconds and used for the write's first attempt, so
-  a change costs one read, not two. It is used only to change the count (its
-  ``resourceVersion`` makes a stale copy a 409, which re-reads); a count that
-  already looks right is read again before it is confirmed.
+- One read of current state per scale: the target's Scale (or Job), whose
+  ``resourceVersion`` guards the write. The ElasticJob (bounds, ``paused``,
+  ``scaleTargetRef``, previous status) comes with the request when the planner
+  hands its cached copy (``ScaleRequest.observed``); only without one is it
+  read first. A stale copy costs a 409 on the ``/status`` write, which re-reads.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler_core import identity
-from scheduler_core.ports import Clock, PermanentScaleError, TransientScaleError
-from workers.adapters.kubernetes.cache import Watched
+from scheduler_core.ports import (
+    Clock,
+    PermanentScaleError,
+    ScaleOutcome,
+    ScaleRequest,
+    TransientScaleError,
+)
 from workers.adapters.kubernetes.client import (
     MERGE_PATCH,
     JsonObject,
@@ -58,10 +61,6 @@ log = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 CONFLICT = 409
-# How long a read by current_replicas may stand in for scale's first read, and
-# how many such reads are kept (current_replicas without a scale leaves one behind).
-REMEMBER_READ_S = 5.0
-REMEMBERED_READS_MAX = 256
 
 
 def map_error(error: Exception, *, action: str) -> Exception:
@@ -162,18 +161,11 @@ class BatchJobParallelism:
         return int((answer.get("spec") or {}).get("parallelism") or 0)
 
 
-@dataclass(frozen=True)
-class _RememberedRead:
-    """What ``current_replicas`` read: the ElasticJob, and its target's count and object."""
-
-    resource: JsonObject
-    replicas: int
-    target_object: JsonObject
-    at: float
-
-
 class KubeReplicaScaler:
-    """Implements ``scheduler_core.ports.ReplicaScaler`` for ElasticJobs (key ``ns/name``)."""
+    """Implements ``scheduler_core.ports.ReplicaScaler`` for ElasticJobs (key ``ns/name``).
+
+    Holds no cache: every call reads what it writes (targeted requests only).
+    """
 
     def __init__(
         self,
@@ -181,7 +173,6 @@ class KubeReplicaScaler:
         *,
         clock: Clock,
         conflict_retries: int = 3,
-        elastic_jobs: Watched | None = None,
         resolver: KindResolver | None = None,
         component: str = "trainscaler",
         namespaces: tuple[str, ...] = (),
@@ -190,70 +181,29 @@ class KubeReplicaScaler:
         self._namespaces = namespaces
         self._clock = clock
         self._conflict_retries = conflict_retries
-        # A cache of ElasticJobs saves a GET per scale; a stale copy only costs a 409 retry.
-        self._elastic_jobs = elastic_jobs
         self._resolver = resolver or KindResolver(lambda path: client.request("GET", path))
         self._events = EventRecorder(client, clock=clock, component=component)
-        # job -> its last current_replicas read, taken (once) by the next scale
-        self._reads: OrderedDict[str, _RememberedRead] = OrderedDict()
-        self._reads_lock = threading.Lock()
 
     # --- the port ------------------------------------------------------------
 
-    def current_replicas(self, job: str) -> int:
-        namespace, name = split_job_key(job, namespaces=self._namespaces)
-        try:
-            resource = self._elastic_job(namespace, name)
-            replicas, target_object = self._target(resource).read()
-        except (KubeApiError, KubeConnectionError) as error:
-            raise map_error(error, action=f"read replicas of {job}") from error
-        self._remember(job, _RememberedRead(resource, replicas, target_object, self._clock.now()))
-        return replicas
+    def scale(self, request: ScaleRequest) -> ScaleOutcome:
+        """Set the job's target to ``request.replicas`` (clamped to [min, max]; 0 is a
+        preemption and stays 0).
 
-    def _remember(self, job: str, read: _RememberedRead) -> None:
-        with self._reads_lock:
-            self._reads[job] = read
-            self._reads.move_to_end(job)
-            while len(self._reads) > REMEMBERED_READS_MAX:
-                self._reads.popitem(last=False)
-
-    def _take_read(self, job: str) -> _RememberedRead | None:
-        """The job's remembered read if still fresh; used once."""
-        with self._reads_lock:
-            read = self._reads.pop(job, None)
-        if read is None or not 0 <= self._clock.now() - read.at <= REMEMBER_READ_S:
-            return None
-        return read
-
-    def scale(
-        self,
-        job: str,
-        replicas: int,
-        *,
-        reason: str,
-        policy: str | None = None,
-        rule: str | None = None,
-        limited_by: str | None = None,
-    ) -> int:
-        """Set ``job``'s target to ``replicas`` (clamped to [min, max]; 0 is a preemption
-        and stays 0); the count after.
-
-        ``policy``, ``rule`` and ``limited_by`` (the planner's reason numbers)
-        go into ``status.lastDecision`` and the ``ScalingLimited`` condition.
+        The decision's policy, rule, reason and limit go into
+        ``status.lastDecision`` and the ``ScalingLimited`` condition.
         """
+        job, replicas = request.job, request.replicas
         namespace, name = split_job_key(job, namespaces=self._namespaces)
-        if replicas < 0:
-            raise PermanentScaleError(f"{job}: replicas must be >= 0, got {replicas}")
         resource: JsonObject | None = None
-        remembered = self._take_read(job)
         try:
-            resource = remembered.resource if remembered else self._elastic_job(namespace, name)
+            resource = self._elastic_job(namespace, name, observed=request.observed)
             spec = resource.get("spec") or {}
             target = self._target(resource)
             if spec.get("paused"):
                 # The operator's override: report what is in force, write nothing.
                 current, _ = target.read()
-                return current
+                return ScaleOutcome(job=job, before=current, after=current, note="paused")
             min_replicas = int(spec.get("minReplicas", 1))
             max_replicas = int(spec.get("maxReplicas", 1))
             if not 0 <= min_replicas <= max_replicas:
@@ -265,13 +215,7 @@ class KubeReplicaScaler:
             # A target of 0 is a preemption (goodput, tiresias: the job holds no
             # replicas until it is planned again); minReplicas bounds a running job.
             desired = 0 if replicas == 0 else max(min_replicas, min(max_replicas, replicas))
-            # A remembered count that already looks right is read again before it is confirmed.
-            first_read = (
-                (remembered.replicas, remembered.target_object)
-                if remembered is not None and remembered.replicas != desired
-                else None
-            )
-            before, after = self._apply(target, desired, first_read=first_read)
+            before, after = self._apply(target, desired)
         except (KubeApiError, KubeConnectionError) as error:
             mapped = map_error(error, action=f"scale {job} to {replicas}")
             if resource is not None:
@@ -279,6 +223,7 @@ class KubeReplicaScaler:
                     resource, reason=SCALE_FAILED, message=str(mapped), warning=True
                 )
             raise mapped from error
+        reason = request.reason_text()
         if after != before:
             self._events.record(
                 resource,
@@ -289,25 +234,25 @@ class KubeReplicaScaler:
             requested=replicas,
             min_replicas=min_replicas,
             max_replicas=max_replicas,
-            limited_by=limited_by,
+            limited_by=request.limited_by(),
         )
         self._write_status(
             resource,
             current=after,
             desired=desired,
-            decision=Decision(policy=policy or "", rule=rule or "", reason=reason),
+            decision=Decision(policy=request.policy or "", rule=request.reason.rule, reason=reason),
             conditions=scaling_conditions(target=target.description, current=after, limit=limit),
             scaled=after != before,
         )
-        return after
+        note = "" if desired == replicas else f"clamped to [{min_replicas}, {max_replicas}]"
+        return ScaleOutcome(job=job, before=before, after=after, note=note)
 
     # --- reading ----------------------------------------------------------------
 
-    def _elastic_job(self, namespace: str, name: str) -> JsonObject:
-        if self._elastic_jobs is not None:
-            cached = self._elastic_jobs.get(namespace, name)
-            if cached is not None:
-                return cached
+    def _elastic_job(self, namespace: str, name: str, *, observed: JsonObject | None) -> JsonObject:
+        """The planner's copy when it handed one for this very job; else one GET."""
+        if observed is not None and _names(observed) == (namespace, name):
+            return observed
         return self._client.request("GET", ELASTICJOBS.object_path(namespace, name))
 
     def _target(self, resource: JsonObject) -> ScaleTarget:
@@ -325,24 +270,12 @@ class KubeReplicaScaler:
 
     # --- writing ----------------------------------------------------------------
 
-    def _apply(
-        self,
-        target: ScaleTarget,
-        desired: int,
-        *,
-        first_read: tuple[int, JsonObject] | None = None,
-    ) -> tuple[int, int]:
-        """(replicas before, replicas after); a conflict is re-read and retried.
-
-        ``first_read`` stands in for the first attempt's read (its
-        ``resourceVersion`` still guards the write).
-        """
+    def _apply(self, target: ScaleTarget, desired: int) -> tuple[int, int]:
+        """(replicas before, replicas after): one read, a write guarded by its
+        ``resourceVersion``; a conflict is re-read and retried."""
         first: int | None = None
         for attempt in range(self._conflict_retries + 1):
-            if attempt == 0 and first_read is not None:
-                current, read = first_read
-            else:
-                current, read = target.read()
+            current, read = target.read()
             first = current if first is None else first
             if current == desired:
                 return first, current
@@ -381,6 +314,11 @@ class KubeReplicaScaler:
                 current = self._client.request("GET", ELASTICJOBS.object_path(namespace, name))
             except (KubeApiError, KubeConnectionError) as error:
                 raise map_error(error, action=f"re-read {namespace}/{name}") from error
+
+
+def _names(obj: JsonObject) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
 def _same_status(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

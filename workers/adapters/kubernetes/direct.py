@@ -1,0 +1,155 @@
+"""``ClusterReader`` without a cache, for every process but the planner.
+
+Event workers (``submit``, ``schedule``) and the HTTP API need to know which
+ElasticJobs exist and which policy drives each; they must not open watch
+streams or hold the cluster in memory (only the planner does, issue 16), so
+each read here is a handful of paged LISTs, answered and forgotten:
+
+- ``elastic_jobs``: the ElasticJobs in scope, plus one LIST per built-in
+  target kind they reference (per-replica requests from its pod template);
+  a custom-resource target costs a GET of its ``/scale``. Pods are not read,
+  so ``all_pods_unschedulable`` is always False here (only the planner plans).
+- ``has_elastic_job``: one GET (``submit``'s check that a job can be scaled);
+- ``inquire``: nodes and non-terminated pods (EDL's ``InquiryResource``),
+  for the rare caller outside the planner that wants the whole picture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+from scheduler_core.accounting import inquire
+from scheduler_core.models import ClusterResource, ElasticJob
+from workers.adapters.kubernetes.cache import LIST_PAGE_SIZE, NON_TERMINATED_PODS
+from workers.adapters.kubernetes.client import JsonObject, KubeApiError, KubeClient
+from workers.adapters.kubernetes.jobs import (
+    ScaleTargetView,
+    elastic_job,
+    namespace_and_name,
+    scale_target_ref,
+    view_of_scale,
+    view_of_workload,
+)
+from workers.adapters.kubernetes.kinds import (
+    ELASTICJOBS,
+    JOBS,
+    NODES,
+    PODS,
+    WATCHED_TARGETS,
+    KindResolver,
+    ResourceKind,
+)
+
+log = logging.getLogger(__name__)
+NOT_FOUND = 404
+
+
+class DirectClusterReader:
+    """Implements ``scheduler_core.ports.ClusterReader`` with targeted LISTs, no cache."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        gpu_resource: str,
+        namespaces: tuple[str, ...] = (),
+        default_policy: str = "edl",
+        resolver: KindResolver | None = None,
+    ) -> None:
+        self._client = client
+        self._gpu_resource = gpu_resource
+        self._namespaces = namespaces
+        self._default_policy = default_policy
+        self._resolver = resolver or KindResolver(lambda path: client.request("GET", path))
+
+    def inquire(self) -> ClusterResource:
+        return inquire(
+            list(self._list(NODES, scoped=False)),
+            list(self._list(PODS, scoped=False, fields=NON_TERMINATED_PODS)),
+            gpu_resource=self._gpu_resource,
+        )
+
+    def has_elastic_job(self, key: str) -> bool:
+        """Whether ElasticJob ``namespace/name`` exists: one GET, no listing."""
+        namespace, _, name = key.partition("/")
+        try:
+            self._client.request("GET", ELASTICJOBS.object_path(namespace, name))
+        except KubeApiError as error:
+            if error.status == NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def elastic_jobs(self) -> Sequence[ElasticJob]:
+        resources = sorted(self._list(ELASTICJOBS), key=namespace_and_name)
+        wanted: set[ResourceKind] = set()
+        for resource in resources:
+            ref = scale_target_ref(resource)
+            if ref.api_version and ref.kind:
+                kind = self._resolver.resolve(ref.api_version, ref.kind)
+                if kind in WATCHED_TARGETS:
+                    wanted.add(kind)
+        workloads = {
+            (kind, *namespace_and_name(item)): item
+            for kind in sorted(wanted, key=lambda k: k.plural)
+            for item in self._list(kind)
+        }
+        found: list[ElasticJob] = []
+        for resource in resources:
+            namespace, name = namespace_and_name(resource)
+            view = self._target_view(resource, workloads)
+            if view is None:
+                continue
+            try:
+                found.append(
+                    elastic_job(
+                        resource,
+                        view,
+                        [],
+                        gpu_resource=self._gpu_resource,
+                        default_policy=self._default_policy,
+                    )
+                )
+            except ValueError as error:
+                log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
+        return found
+
+    def _target_view(
+        self, resource: JsonObject, workloads: dict[tuple[ResourceKind, str, str], JsonObject]
+    ) -> ScaleTargetView | None:
+        namespace, _ = namespace_and_name(resource)
+        ref = scale_target_ref(resource)
+        if not (ref.api_version and ref.kind and ref.name):
+            return None
+        kind = self._resolver.resolve(ref.api_version, ref.kind)
+        if kind in WATCHED_TARGETS:
+            workload = workloads.get((kind, namespace, ref.name))
+            return None if workload is None else view_of_workload(workload, batch_job=kind == JOBS)
+        try:
+            scale = self._client.request("GET", kind.object_path(namespace, ref.name, "scale"))
+        except KubeApiError as error:
+            if error.status in (403, 404):
+                return None
+            raise
+        return view_of_scale(scale)
+
+    def _list(
+        self, kind: ResourceKind, *, scoped: bool = True, fields: str | None = None
+    ) -> Iterator[JsonObject]:
+        """Every item of ``kind`` in scope (each namespace of the scope, or all), paged."""
+        scopes: tuple[str | None, ...] = (
+            self._namespaces if scoped and self._namespaces else (None,)
+        )
+        for scope in scopes:
+            query: dict[str, str | int | bool] = {"limit": LIST_PAGE_SIZE}
+            if fields:
+                query["fieldSelector"] = fields
+            path = kind.collection_path(scope)
+            while True:
+                page = self._client.request("GET", path, query=query)
+                yield from page.get("items") or []
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+                query["continue"] = token
