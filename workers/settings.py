@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 
 from scheduler_core.identity import is_namespace
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX, check_key_prefix
 from workers.discovery import discovered_settings, discovery_path
 
 _FALSE = {"0", "false", "no", "off", ""}
@@ -99,7 +100,9 @@ class Settings(BaseSettings):
     # For rediss:// URLs: certificate checking and an optional CA bundle.
     redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
     redis_ssl_ca_certs: str | None = None
-    redis_key_prefix: str = "trainscaler:"
+    # Every runtime key starts with it; it must carry a Redis Cluster hash tag
+    # (workers.adapters.redis_keys), so all of them share one slot.
+    redis_key_prefix: str = DEFAULT_KEY_PREFIX
 
     # --- Celery runtime ---
     # Longer than the longest single task run (a scale call with its lock wait).
@@ -215,6 +218,11 @@ class Settings(BaseSettings):
         password = quote(str(data["redis_password"]), safe="")
         netloc = f"{user}:{password}@{host}"
         return {**data, "redis_url": urlunsplit(url._replace(netloc=netloc))}
+
+    @field_validator("redis_key_prefix")
+    @classmethod
+    def _tagged_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
 from workers.adapters.recording_scaler import RecordingScaler
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.observability.metrics import AUTOSCALE_ROUND, AUTOSCALE_ROUND_BUCKETS
@@ -26,7 +27,7 @@ __all__ = ["rt", "server"]  # fixtures used by name
 
 pytestmark = pytest.mark.timeout(60)
 
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 
 
 def _recording(rt: Runtime) -> RecordingScaler:

@@ -83,6 +83,8 @@ class EmbeddedRedis:
     port: int = 0
     start_timeout: float = 10.0
     password: str = field(default_factory=generate_password)
+    # More redis.conf directives as command-line pairs, e.g. ("--cluster-enabled", "yes").
+    extra_args: tuple[str, ...] = ()
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -116,6 +118,7 @@ class EmbeddedRedis:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += list(self.extra_args)
         self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
         self._wait_ready()
         return self

@@ -49,6 +49,7 @@ from scheduler_core.models import (
     ScalingDecision,
 )
 from workers.adapters import state_scripts as scripts
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.state_records import (
     AppliedTarget,
     AutoscaleRun,
@@ -71,7 +72,7 @@ class StateStore:
     """Typed reads and writes of the runtime's state in one Redis database."""
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = "trainscaler:", history: int = 200
+        self, client: redis.Redis, *, prefix: str = DEFAULT_KEY_PREFIX, history: int = 200
     ) -> None:
         self.redis = client
         self.prefix = prefix
