@@ -104,6 +104,11 @@ class Settings(BaseSettings):
     # (workers.adapters.redis_keys), so all of them share one slot.
     redis_key_prefix: str = DEFAULT_KEY_PREFIX
 
+    # --- Bounded Redis (issue 16, REDIS part) ---
+    # A finished job's keys expire this long after it finished, and it leaves the
+    # list of jobs (workers.adapters.job_retention).
+    job_retention: float = Field(default=86_400.0, gt=0)
+
     # --- Celery runtime ---
     # Longer than the longest single task run (a scale call with its lock wait).
     broker_visibility_timeout: float = Field(default=600.0, gt=0)

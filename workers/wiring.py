@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from scheduler_core.ports import Clock, ClusterReader, MetricsSource, ReplicaScaler
+from workers.adapters.job_retention import JobRetention
 from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSource
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
@@ -166,6 +167,10 @@ class Runtime:
             prefix=self.settings.redis_key_prefix,
             history=self.settings.decision_history,
         )
+
+    @cached_property
+    def retention(self) -> JobRetention:
+        return JobRetention(self.store, retention=self.settings.job_retention)
 
     @cached_property
     def dead_letters(self) -> DeadLetters:

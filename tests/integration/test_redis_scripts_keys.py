@@ -17,13 +17,14 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
 
 from scheduler_core.models import EpochReport, Reason, Resources, ScalingDecision
 from tests.integration.lua_keys import guarded, static_violations
+from workers.adapters.job_retention import JobRetention
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX, hash_tag
 from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
@@ -71,13 +72,25 @@ class RecordingScripts:
         monkeypatch.setattr(redis.Redis, "register_script", register)
 
 
-def _owners(client: redis.Redis) -> tuple[StateStore, RedisSchedulerQueue, RecordingScaler]:
+class Owners(NamedTuple):
     """Everything in the runtime that registers a Lua script."""
+
+    store: StateStore
+    queue: RedisSchedulerQueue
+    scaler: RecordingScaler
+    retention: JobRetention
+
+
+def _owners(client: redis.Redis) -> Owners:
     faults = FaultInjector(client, prefix=DEFAULT_KEY_PREFIX, enabled=False)
-    return (
-        StateStore(client, prefix=DEFAULT_KEY_PREFIX),
-        RedisSchedulerQueue(client, prefix=DEFAULT_KEY_PREFIX, max_length=100),
-        RecordingScaler(client, prefix=DEFAULT_KEY_PREFIX, clock=SystemClock(), faults=faults),
+    store = StateStore(client, prefix=DEFAULT_KEY_PREFIX)
+    return Owners(
+        store=store,
+        queue=RedisSchedulerQueue(client, prefix=DEFAULT_KEY_PREFIX, max_length=100),
+        scaler=RecordingScaler(
+            client, prefix=DEFAULT_KEY_PREFIX, clock=SystemClock(), faults=faults
+        ),
+        retention=JobRetention(store, retention=10.0),
     )
 
 
@@ -191,10 +204,9 @@ def _report(job: str, epoch: int) -> EpochReport:
     return EpochReport(job=job, epoch=epoch, epoch_time_s=10.0, replicas=2)
 
 
-def _exercise(
-    store: StateStore, queue: RedisSchedulerQueue, scaler: RecordingScaler, client: redis.Redis
-) -> None:
+def _exercise(owners: Owners, client: redis.Redis) -> None:
     """Every script, through each of its paths."""
+    store, queue, scaler = owners.store, owners.queue, owners.scaler
     job, other = "team/a", "team/b"
     queue.push_entry(TRAIN, job, {"n": 1}, now=1.0)
     queue.push_entry(TRAIN, job, {"n": 2}, now=1.5)  # merged into the pending item
@@ -247,6 +259,9 @@ def _exercise(
         numbered(_report(job, 7))
     scaler.scale(job, 3, reason="test")
     scaler.scale(job, 3, reason="test")  # confirmed only
+    owners.retention.retire(job, at=100.0)
+    assert owners.retention.purge(now=105.0) == 0
+    assert owners.retention.purge(now=111.0) == 1
 
 
 def test_every_script_runs_on_a_cluster_node_with_only_declared_keys(
@@ -255,8 +270,7 @@ def test_every_script_runs_on_a_cluster_node_with_only_declared_keys(
     assert hash_tag(DEFAULT_KEY_PREFIX) is not None
     scripts = RecordingScripts(guard=True)
     scripts.install(monkeypatch)
-    store, queue, scaler = _owners(cluster_client)
-    _exercise(store, queue, scaler, cluster_client)
+    _exercise(_owners(cluster_client), cluster_client)
     assert set(scripts.sources) - scripts.ran == set(), (
         "registered but never run by _exercise(): "
         f"{[scripts.sources[n][:200] for n in set(scripts.sources) - scripts.ran]}"
