@@ -23,6 +23,7 @@ from workers.adapters.metrics_sources import PrometheusSource, PushedReportsSour
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
+from workers.adapters.redis_sentinel import sentinel_client
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
 from workers.deadletters import DeadLetters
@@ -67,14 +68,16 @@ def redis_ssl_options(settings: Settings) -> dict[str, Any] | None:
 
 
 def build_redis(settings: Settings) -> redis.Redis:
-    options = redis_ssl_options(settings) or {}
+    options: dict[str, Any] = {
+        "socket_timeout": 10.0,
+        "socket_connect_timeout": 5.0,
+        "health_check_interval": 15,
+        "retry_on_timeout": True,
+    }
+    if settings.redis_sentinels:  # the primary the sentinels name, found again after a failover
+        return sentinel_client(settings, **options)
     return redis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=10.0,
-        socket_connect_timeout=5.0,
-        health_check_interval=15,
-        retry_on_timeout=True,
-        **options,
+        settings.redis_url, **options, **(redis_ssl_options(settings) or {})
     )
 
 
