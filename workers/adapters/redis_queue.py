@@ -57,7 +57,11 @@ TRAIN: Final = "train"
 WAIT: Final = "wait"
 QUEUES: Final = (TRAIN, WAIT)
 
-_LUA_COMMON = r"""
+# The queue's Lua functions, shared by its scripts and by any script that queues an
+# entry as one step of something larger: such a script passes ``RedisSchedulerQueue.keys``
+# first in its KEYS (``local k = queue_keys(1)``), its own keys after them, and calls
+# ``push_entry(k, ...)``.
+QUEUE_LUA = r"""
 -- Every key comes from KEYS, in the order of ``RedisSchedulerQueue.keys``;
 -- a queue's name (ARGV) only selects among them.
 local function queue_keys(first)
@@ -171,7 +175,7 @@ end
 # KEYS: the queue's keys, then optionally a wake-up flag.
 # ARGV: queue, item, data, now, max length, flag TTL (ms).
 _PUSH = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 local k = queue_keys(1)
 local status, seq = push_entry(k, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
@@ -187,7 +191,7 @@ return {status, seq, woke}
 
 # KEYS: the queue's keys. ARGV: now, lease, scan, count, queue names in order.
 _POP = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 local k = queue_keys(1)
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -235,7 +239,7 @@ return out
 
 # KEYS: the queue's keys. ARGV: queue, item, token.
 _ACK = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 local k = queue_keys(1)
 local q, item, token = ARGV[1], ARGV[2], ARGV[3]
@@ -251,7 +255,7 @@ return 1
 
 # KEYS: the queue's keys. ARGV: queue, item, token.
 _NACK = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 local k = queue_keys(1)
 local member = ARGV[1] .. ':' .. ARGV[2]
@@ -263,7 +267,7 @@ return 1
 
 # KEYS: the queue's keys. ARGV: now, limit.
 _SWEEP = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 return return_expired(queue_keys(1), tonumber(ARGV[1]), tonumber(ARGV[2]))
 """
@@ -271,7 +275,7 @@ return return_expired(queue_keys(1), tonumber(ARGV[1]), tonumber(ARGV[2]))
 
 # KEYS: the queue's keys. ARGV: item.
 _REMOVE = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
 local k = queue_keys(1)
 local item = ARGV[1]
