@@ -34,12 +34,13 @@ from pathlib import Path
 import redis
 from celery import Celery
 
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.celery_app import create_app
 from workers.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 APPLIED = f"{PREFIX}recording:applied"
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
+from workers.adapters.redis_sentinel import celery_redis
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
 from workers.observability.logs import configure_logging
 from workers.observability.worker_exposition import install_worker_exposition
@@ -42,13 +43,16 @@ TASK_ROUTES = {
 
 
 def create_app(settings: Settings) -> Celery:
+    # The plain Redis URL, or the sentinels (workers.adapters.redis_sentinel).
+    connections = celery_redis(settings)
     app = Celery(
         "trainscaler",
-        broker=settings.redis_url,
-        backend=settings.redis_url,
+        broker=connections.broker_url,
+        backend=connections.backend_url,
         include=["workers.tasks"],
     )
     transport = {
+        **connections.transport_options,
         "visibility_timeout": settings.broker_visibility_timeout,
         "unacked_restore_interval": settings.broker_restore_interval,
         # Scan on every sweep, so the restore interval alone sets the cadence.
@@ -68,9 +72,12 @@ def create_app(settings: Settings) -> Celery:
         # dead-lettered and acked, never a worker crash (workers/message_guard.py).
         worker_consumer="workers.message_guard:GuardedConsumer",
         # ... and every list item before kombu parses it (workers/guarded_transport.py).
-        broker_transport="workers.guarded_transport:GuardedRedisTransport",
+        broker_transport=connections.transport,
         broker_transport_options=transport,
-        result_backend_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
+        result_backend_transport_options={
+            **connections.transport_options,
+            "visibility_timeout": settings.broker_visibility_timeout,
+        },
         broker_connection_retry_on_startup=True,
         # Sending a follow-up or a retry rides out a Redis restart (about 30 s),
         # rather than failing the task that sends it.
@@ -105,11 +112,11 @@ def create_app(settings: Settings) -> Celery:
         timezone="UTC",
         beat_schedule=beat_schedule(settings),
         beat_scheduler="redbeat.RedBeatScheduler",
-        redbeat_redis_url=settings.redis_url,
+        redbeat_redis_url=connections.redbeat_url,
         redbeat_key_prefix=f"{settings.redis_key_prefix}redbeat:",
         redbeat_lock_timeout=redbeat_lock_timeout(settings),
-        # Explicit (empty): RedBeat must not inherit the broker's transport options.
-        redbeat_redis_options={},
+        # Explicit (empty unless Sentinel): RedBeat must not inherit the broker's options.
+        redbeat_redis_options=connections.redbeat_options,
         beat_max_loop_interval=max(1, int(min(settings.autoscale_interval, 5))),
     )
     return app

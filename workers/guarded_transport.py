@@ -102,3 +102,11 @@ class GuardedChannel(kombu_redis.Channel):
 
 class GuardedRedisTransport(kombu_redis.Transport):
     Channel = GuardedChannel
+
+
+class GuardedSentinelChannel(GuardedChannel, kombu_redis.SentinelChannel):
+    """The guarded read, on a connection to the primary the sentinels name."""
+
+
+class GuardedSentinelTransport(kombu_redis.SentinelTransport):
+    Channel = GuardedSentinelChannel

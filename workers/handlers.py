@@ -137,7 +137,9 @@ def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
     if callable(scaler_forget):
         scaler_forget(job)  # parameter-server mode: its accepted parallelism too
     removed = rt.queue.remove(job)
-    rt.store.save_job(record.model_copy(update={"finished_at": rt.clock.now()}))
+    finished_at = rt.clock.now()
+    rt.store.save_job(record.model_copy(update={"finished_at": finished_at}))
+    rt.retention.retire(job, at=finished_at)  # after the save: a SET clears a TTL
     return {"job": job, "queue_entries_removed": removed}
 
 
@@ -149,9 +151,16 @@ def _elastic_policy(rt: Runtime, job: str) -> str | None:
 
 
 def sweep_leases(rt: Runtime) -> dict[str, Any]:
-    returned = rt.queue.return_expired(now=rt.clock.now())
+    now = rt.clock.now()
+    returned = rt.queue.return_expired(now=now)
+    purged = rt.retention.purge(now=now)  # finished jobs past their retention
     depths = rt.queue.depths()
-    return {"returned": returned, "depths": depths, "pending": any(depths.values())}
+    return {
+        "returned": returned,
+        "purged": purged,
+        "depths": depths,
+        "pending": any(depths.values()),
+    }
 
 
 __all__ = [

@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 
 from scheduler_core.identity import is_namespace
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX, check_key_prefix
 from workers.discovery import discovered_settings, discovery_path
 
 _FALSE = {"0", "false", "no", "off", ""}
@@ -99,7 +100,21 @@ class Settings(BaseSettings):
     # For rediss:// URLs: certificate checking and an optional CA bundle.
     redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
     redis_ssl_ca_certs: str | None = None
-    redis_key_prefix: str = "trainscaler:"
+    # Every runtime key starts with it; it must carry a Redis Cluster hash tag
+    # (workers.adapters.redis_keys), so all of them share one slot.
+    redis_key_prefix: str = DEFAULT_KEY_PREFIX
+
+    # --- Bounded Redis (issue 16, REDIS part) ---
+    # A finished job's keys expire this long after it finished, and it leaves the
+    # list of jobs (workers.adapters.job_retention).
+    job_retention: float = Field(default=86_400.0, gt=0)
+    # Redis Sentinel (workers.adapters.redis_sentinel): "host:port,host:port". When
+    # set, the broker, result backend, RedBeat, state store and queue all connect
+    # to the primary the sentinels name; redis_url then gives only the data
+    # nodes' password, user and database.
+    redis_sentinels: Annotated[tuple[str, ...], NoDecode] = ()
+    redis_sentinel_master: str = Field(default="mymaster", min_length=1)
+    redis_sentinel_password: str | None = Field(default=None, repr=False)
 
     # --- Celery runtime ---
     # Longer than the longest single task run (a scale call with its lock wait).
@@ -233,6 +248,29 @@ class Settings(BaseSettings):
         password = quote(str(data["redis_password"]), safe="")
         netloc = f"{user}:{password}@{host}"
         return {**data, "redis_url": urlunsplit(url._replace(netloc=netloc))}
+
+    @field_validator("redis_key_prefix")
+    @classmethod
+    def _tagged_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
+
+    @field_validator("redis_sentinels", mode="before")
+    @classmethod
+    def _split_sentinels(cls, value: object) -> object:
+        # "h1:26379,h2:26379" (operators) or a JSON list (the embedded system's children).
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            return json.loads(value)
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not v.rpartition(":")[2].isdigit() or not v.rpartition(":")[0]]
+        if bad:
+            raise ValueError(f"sentinels must be host:port: {', '.join(map(repr, bad))}")
+        return value
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -25,9 +25,11 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from scheduler_core.ports import Clock, ClusterReader, ReplicaScaler
+from workers.adapters.job_retention import JobRetention
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
+from workers.adapters.redis_sentinel import sentinel_client
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
 from workers.deadletters import DeadLetters
@@ -72,14 +74,16 @@ def redis_ssl_options(settings: Settings) -> dict[str, Any] | None:
 
 
 def build_redis(settings: Settings) -> redis.Redis:
-    options = redis_ssl_options(settings) or {}
+    options: dict[str, Any] = {
+        "socket_timeout": 10.0,
+        "socket_connect_timeout": 5.0,
+        "health_check_interval": 15,
+        "retry_on_timeout": True,
+    }
+    if settings.redis_sentinels:  # the primary the sentinels name, found again after a failover
+        return sentinel_client(settings, **options)
     return redis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=10.0,
-        socket_connect_timeout=5.0,
-        health_check_interval=15,
-        retry_on_timeout=True,
-        **options,
+        settings.redis_url, **options, **(redis_ssl_options(settings) or {})
     )
 
 
@@ -137,6 +141,10 @@ class Runtime:
             prefix=self.settings.redis_key_prefix,
             history=self.settings.decision_history,
         )
+
+    @cached_property
+    def retention(self) -> JobRetention:
+        return JobRetention(self.store, retention=self.settings.job_retention)
 
     @cached_property
     def dead_letters(self) -> DeadLetters:

@@ -49,6 +49,7 @@ from tests.e2e.real_cluster import (
 )
 from tests.integration.conftest import Procs
 from workers.adapters.kubernetes import install_crd
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import AutoscaleRun, StateStore
 
@@ -57,7 +58,7 @@ T = TypeVar("T")
 NAMESPACE = "ml"
 NODES = 4
 GPU = "nvidia.com/gpu"
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 EJ_GROUP, EJ_VERSION, EJ_PLURAL = "trainscaler.io", "v1alpha1", "elasticjobs"
 # Storage names of the loopback server's store (``plural.group``).
 PODS = "pods"

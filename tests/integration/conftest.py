@@ -28,6 +28,7 @@ import redis
 from celery import Celery
 
 from workers.adapters.recording_scaler import RecordingScaler
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import StateStore
 from workers.celery_app import create_app
@@ -37,7 +38,7 @@ from workers.wiring import SystemClock
 
 REPO = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 
 # Short everything, so recovery paths run within seconds.
 BASE_ENV = {

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.api_fixtures import ApiStack, ServedApi, api_stack
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.api.app import create_app
 
 pytestmark = pytest.mark.timeout(600)
@@ -234,9 +235,11 @@ def _text(raw: bytes | str) -> str:
 
 
 def _unrecorded(stack: ApiStack, ident: str) -> bool:
-    keys = [_text(key) for key in stack.redis.scan_iter(match="trainscaler:job:*", count=1000)]
-    jobs = {_text(member) for member in stack.redis.smembers("trainscaler:jobs")}
-    own = f"trainscaler:job:{ident}"
+    keys = [
+        _text(key) for key in stack.redis.scan_iter(match=f"{DEFAULT_KEY_PREFIX}job:*", count=1000)
+    ]
+    jobs = {_text(member) for member in stack.redis.smembers(f"{DEFAULT_KEY_PREFIX}jobs")}
+    own = f"{DEFAULT_KEY_PREFIX}job:{ident}"
     return ident not in jobs and not [k for k in keys if k == own or k.startswith(own + ":")]
 
 

@@ -14,6 +14,7 @@ import pytest
 from scheduler_core.models import ClusterResource, ElasticJob, TrainRequest
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers, tasks
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.api.views import job_detail, list_jobs
 from workers.targets import NoTargetError, check_target
@@ -59,7 +60,7 @@ def test_every_report_is_in_the_history_with_its_epoch_number(rt: Runtime) -> No
 
 
 def test_jobs_lists_recorded_jobs_and_cluster_elastic_jobs_with_one_shape(rt: Runtime) -> None:
-    StaticClusterReader(rt.redis, prefix="trainscaler:").store(
+    StaticClusterReader(rt.redis, prefix=DEFAULT_KEY_PREFIX).store(
         StaticCluster(
             nodes=(StaticNode(name="n1", cpu_milli=4000, memory_mega=1000),),
             jobs=(ElasticJob(name="added-by-kubectl", min_replicas=1, max_replicas=5,

@@ -10,6 +10,7 @@ from scheduler_core.models import ElasticJob, EpochReport, Resources
 from tests.unit.builders import scale_request
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
@@ -33,7 +34,7 @@ def _job(name: str, *, current: int, cpu: int = 1000) -> ElasticJob:
 
 
 def test_static_cluster_overlays_recorded_replicas(rt: Runtime) -> None:
-    reader = StaticClusterReader(rt.redis, prefix="trainscaler:")
+    reader = StaticClusterReader(rt.redis, prefix=DEFAULT_KEY_PREFIX)
     reader.store(
         StaticCluster(
             nodes=(StaticNode(name="n1", cpu_milli=4000, memory_mega=1000),),
@@ -49,7 +50,7 @@ def test_static_cluster_overlays_recorded_replicas(rt: Runtime) -> None:
 
 
 def test_autoscale_stores_plan_free_room_and_sends_scales(rt: Runtime) -> None:
-    StaticClusterReader(rt.redis, prefix="trainscaler:").store(
+    StaticClusterReader(rt.redis, prefix=DEFAULT_KEY_PREFIX).store(
         StaticCluster(
             nodes=(StaticNode(name="n1", cpu_milli=3000, memory_mega=10_000),),
             jobs=(_job("a", current=1), _job("b", current=1)),
@@ -76,7 +77,7 @@ def test_autoscale_stores_plan_free_room_and_sends_scales(rt: Runtime) -> None:
 
 
 def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None:
-    StaticClusterReader(rt.redis, prefix="trainscaler:").store(
+    StaticClusterReader(rt.redis, prefix=DEFAULT_KEY_PREFIX).store(
         StaticCluster(
             nodes=(StaticNode(name="n1", cpu_milli=3000, memory_mega=10_000),),
             jobs=(_job("a", current=1, cpu=1000), _job("idle", current=1, cpu=1)),

@@ -17,6 +17,7 @@ from scheduler_core.models import ElasticJob, EpochReport, Resources
 from scheduler_core.policies.goodput import GoodputState
 from tests.unit.runtime_fixtures import FixedClock, server
 from workers import handlers
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.scaling import cluster_params
@@ -27,7 +28,7 @@ __all__ = ["server"]  # fixture used by name
 
 pytestmark = pytest.mark.timeout(60)
 
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 GPU = Resources(cpu_milli=1000, memory_mega=1000, gpu=1)
 
 

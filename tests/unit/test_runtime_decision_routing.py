@@ -19,6 +19,7 @@ from tests.unit.builders import scale_request
 from tests.unit.runtime_fixtures import rt, server
 from workers import handlers
 from workers.adapters.recording_scaler import RecordingScaler
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.state_store import JobRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.wiring import Runtime
@@ -27,7 +28,7 @@ __all__ = ["rt", "server"]  # fixtures used by name
 
 pytestmark = pytest.mark.timeout(60)
 
-PREFIX = "trainscaler:"
+PREFIX = DEFAULT_KEY_PREFIX
 
 
 def _recording(rt: Runtime) -> RecordingScaler:

@@ -18,16 +18,23 @@ Guarantees (each script below runs atomically inside Redis):
   raises ``QueueFullError`` instead of growing Redis without limit.
 * Inspectable: depth, in-flight count and oldest-item age per queue.
 
-Key layout (``P`` is the key prefix, ``q`` is ``train`` or ``wait``):
+Key layout (``P`` is the key prefix, carrying the hash tag of
+``workers.adapters.redis_keys``; ``q`` is ``train`` or ``wait``). The key set is
+fixed: every script takes all of it through ``KEYS`` (``RedisSchedulerQueue.keys``),
+so it runs on Redis Cluster; per-item data lives in members, never in key names.
 
 * ``P queue:q`` LIST of item ids, head first.
-* ``P queue:q:pending:<item>`` LIST of entries (JSON ``{"seq", "at", "data"}``).
-* ``P queue:q:inflight:<item>`` LIST of entries of the delivery in progress.
+* ``P queue:q:pending`` ZSET of queued entries, all scored 0; each member is
+  ``<item> NUL <seq, 20 digits> <entry JSON {"seq", "at", "data"}>``, so one
+  item's entries are a lex range, in seq order.
+* ``P queue:q:inflight`` ZSET, the same, of the deliveries in progress.
 * ``P queue:q:since`` HASH item -> time the pending item was first queued.
 * ``P queue:leases`` ZSET ``q:<item>`` -> lease deadline.
 * ``P queue:tokens`` HASH ``q:<item>`` -> token of the current delivery.
 * ``P queue:leased_since`` HASH ``q:<item>`` -> first-queued time of the delivery.
 * ``P queue:seq`` / ``P queue:token`` counters.
+
+Item ids must not contain NUL.
 
 A push may also set a wake-up flag key (``push_and_wake``): the first push
 after a consumer cleared the flag learns it must wake one.
@@ -44,109 +51,182 @@ from typing import Any, Final
 
 import redis
 
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+
 TRAIN: Final = "train"
 WAIT: Final = "wait"
 QUEUES: Final = (TRAIN, WAIT)
 
-_LUA_COMMON = r"""
-local function return_member(p, member)
+# The queue's Lua functions, shared by its scripts and by any script that queues an
+# entry as one step of something larger: such a script passes ``RedisSchedulerQueue.keys``
+# first in its KEYS (``local k = queue_keys(1)``), its own keys after them, and calls
+# ``push_entry(k, ...)``.
+QUEUE_LUA = r"""
+-- Every key comes from KEYS, in the order of ``RedisSchedulerQueue.keys``;
+-- a queue's name (ARGV) only selects among them.
+local function queue_keys(first)
+  local k = {
+    leases = KEYS[first], tokens = KEYS[first + 1], leased_since = KEYS[first + 2],
+    seq_counter = KEYS[first + 3], token_counter = KEYS[first + 4],
+  }
+  k.train = {
+    list = KEYS[first + 5], pending = KEYS[first + 6],
+    inflight = KEYS[first + 7], since = KEYS[first + 8],
+  }
+  k.wait = {
+    list = KEYS[first + 9], pending = KEYS[first + 10],
+    inflight = KEYS[first + 11], since = KEYS[first + 12],
+  }
+  return k
+end
+
+-- An item's entries in a pending or in-flight ZSET: members item NUL seq(20 digits) entry,
+-- all scored 0, so a lex range holds one item's entries in seq order.
+local function item_range(item)
+  return '[' .. item .. '\0', '(' .. item .. '\1'
+end
+
+local function entry_member(item, seq, entry)
+  return item .. '\0' .. string.format('%020d', seq) .. entry
+end
+
+local function entry_of(item, member)
+  return string.sub(member, #item + 22)
+end
+
+local function count_entries(zset, item)
+  local lo, hi = item_range(item)
+  return redis.call('ZLEXCOUNT', zset, lo, hi)
+end
+
+-- Moves an item's entries from one ZSET to another; returns them (members, seq order).
+local function move_entries(from, to, item)
+  local lo, hi = item_range(item)
+  local members = redis.call('ZRANGEBYLEX', from, lo, hi)
+  for i = 1, #members, 500 do
+    local args = {}
+    for j = i, math.min(i + 499, #members) do
+      args[#args + 1] = 0
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', to, unpack(args))
+  end
+  if #members > 0 then redis.call('ZREMRANGEBYLEX', from, lo, hi) end
+  return members
+end
+
+local function drop_entries(zset, item)
+  local lo, hi = item_range(item)
+  return redis.call('ZREMRANGEBYLEX', zset, lo, hi)
+end
+
+local function return_member(k, member)
   local sep = string.find(member, ':', 1, true)
   local q = string.sub(member, 1, sep - 1)
   local item = string.sub(member, sep + 1)
-  local qkey = p .. 'queue:' .. q
-  local infl = qkey .. ':inflight:' .. item
-  local pend = qkey .. ':pending:' .. item
-  local since = redis.call('HGET', p .. 'queue:leased_since', member)
-  if redis.call('EXISTS', pend) == 1 then
-    -- A newer report arrived meanwhile: the older entries go before it.
-    local old = redis.call('LRANGE', infl, 0, -1)
-    for i = #old, 1, -1 do redis.call('LPUSH', pend, old[i]) end
-    redis.call('DEL', infl)
-    redis.call('LREM', qkey, 1, item)
-  elseif redis.call('EXISTS', infl) == 1 then
-    redis.call('RENAME', infl, pend)
-  else
+  local qk = k[q]
+  local since = redis.call('HGET', k.leased_since, member)
+  local queued = count_entries(qk.pending, item) > 0
+  -- Back to pending: seq order puts the older entries before any newer report.
+  local moved = move_entries(qk.inflight, qk.pending, item)
+  if queued then
+    redis.call('LREM', qk.list, 1, item)
+  elseif #moved == 0 then
     since = false
   end
   if since then
-    redis.call('LPUSH', qkey, item)
-    redis.call('HSET', qkey .. ':since', item, since)
+    redis.call('LPUSH', qk.list, item)
+    redis.call('HSET', qk.since, item, since)
   end
-  redis.call('ZREM', p .. 'queue:leases', member)
-  redis.call('HDEL', p .. 'queue:tokens', member)
-  redis.call('HDEL', p .. 'queue:leased_since', member)
+  redis.call('ZREM', k.leases, member)
+  redis.call('HDEL', k.tokens, member)
+  redis.call('HDEL', k.leased_since, member)
 end
 
-local function return_expired(p, now, limit)
-  local expired = redis.call('ZRANGEBYSCORE', p .. 'queue:leases', '-inf', now, 'LIMIT', 0, limit)
-  for _, member in ipairs(expired) do return_member(p, member) end
+local function return_expired(k, now, limit)
+  local expired = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now, 'LIMIT', 0, limit)
+  for _, member in ipairs(expired) do return_member(k, member) end
   return #expired
 end
+
+-- 1: the entry joins the job's pending item; 0: it starts a new item;
+-- -1 / -2: refused, the item / the queue is at its bound. Returns status, seq.
+local function push_entry(k, q, item, data, now, maxlen)
+  local qk = k[q]
+  local queued = count_entries(qk.pending, item)
+  local status = 0
+  if queued > 0 then
+    if queued >= maxlen then return -1, 0 end
+    status = 1
+  elseif redis.call('LLEN', qk.list) >= maxlen then
+    return -2, 0
+  end
+  local seq = redis.call('INCR', k.seq_counter)
+  local entry = '{"seq":' .. seq .. ',"at":' .. now .. ',"data":' .. data .. '}'
+  redis.call('ZADD', qk.pending, 0, entry_member(item, seq, entry))
+  if status == 0 then
+    redis.call('RPUSH', qk.list, item)
+    redis.call('HSET', qk.since, item, now)
+  end
+  return status, seq
+end
 """
 
-_PUSH = r"""
-local p, q, item, data, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local maxlen = tonumber(ARGV[6])
-local qkey = p .. 'queue:' .. q
-local pend = qkey .. ':pending:' .. item
-local exists = redis.call('EXISTS', pend) == 1
-if exists then
-  if redis.call('LLEN', pend) >= maxlen then return {-1, 0} end
-elseif redis.call('LLEN', qkey) >= maxlen then
-  return {-2, 0}
-end
-local seq = redis.call('INCR', p .. 'queue:seq')
-redis.call('RPUSH', pend, '{"seq":' .. seq .. ',"at":' .. now .. ',"data":' .. data .. '}')
+# KEYS: the queue's keys, then optionally a wake-up flag.
+# ARGV: queue, item, data, now, max length, flag TTL (ms).
+_PUSH = (
+    QUEUE_LUA
+    + r"""
+local k = queue_keys(1)
+local status, seq = push_entry(k, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+if status < 0 then return {status, 0, 0} end
 -- Optional wake-up flag: set if absent; 1 means this push must wake a consumer.
 local woke = 0
-if ARGV[7] and ARGV[7] ~= '' then
-  if redis.call('SET', ARGV[7], '1', 'NX', 'PX', ARGV[8]) then woke = 1 end
+if KEYS[14] then
+  if redis.call('SET', KEYS[14], '1', 'NX', 'PX', ARGV[6]) then woke = 1 end
 end
-if exists then return {1, seq, woke} end
-redis.call('RPUSH', qkey, item)
-redis.call('HSET', qkey .. ':since', item, now)
-return {0, seq, woke}
+return {status, seq, woke}
 """
+)
 
+# KEYS: the queue's keys. ARGV: now, lease, scan, count, queue names in order.
 _POP = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
-local p, now, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local scan, count = tonumber(ARGV[4]), tonumber(ARGV[5])
-local leases = p .. 'queue:leases'
-return_expired(p, now, 1000)
+local k = queue_keys(1)
+local now, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local scan, count = tonumber(ARGV[3]), tonumber(ARGV[4])
+return_expired(k, now, 1000)
 local out = {}
 local popped = 0
-for i = 6, #ARGV do
+for i = 5, #ARGV do
   local q = ARGV[i]
-  local qkey = p .. 'queue:' .. q
+  local qk = k[q]
   -- From the head in small chunks; items of jobs in flight stay (and are skipped).
   local skipped, scanned = 0, 0
   while popped < count and scanned < scan do
-    local items = redis.call('LRANGE', qkey, skipped, skipped + 15)
+    local items = redis.call('LRANGE', qk.list, skipped, skipped + 15)
     if #items == 0 then break end
     for _, item in ipairs(items) do
       scanned = scanned + 1
       local member = q .. ':' .. item
-      if redis.call('ZSCORE', leases, member) then
+      if redis.call('ZSCORE', k.leases, member) then
         skipped = skipped + 1
       else
-        local infl = qkey .. ':inflight:' .. item
-        redis.call('LREM', qkey, 1, item)
-        redis.call('RENAME', qkey .. ':pending:' .. item, infl)
-        local since = redis.call('HGET', qkey .. ':since', item)
-        redis.call('HDEL', qkey .. ':since', item)
-        local token = redis.call('INCR', p .. 'queue:token')
-        redis.call('ZADD', leases, now + lease, member)
-        redis.call('HSET', p .. 'queue:tokens', member, token)
-        redis.call('HSET', p .. 'queue:leased_since', member, since)
-        local entries = redis.call('LRANGE', infl, 0, -1)
+        redis.call('LREM', qk.list, 1, item)
+        local entries = move_entries(qk.pending, qk.inflight, item)
+        local since = redis.call('HGET', qk.since, item)
+        redis.call('HDEL', qk.since, item)
+        local token = redis.call('INCR', k.token_counter)
+        redis.call('ZADD', k.leases, now + lease, member)
+        redis.call('HSET', k.tokens, member, token)
+        redis.call('HSET', k.leased_since, member, since)
         table.insert(out, q)
         table.insert(out, item)
         table.insert(out, tostring(token))
         table.insert(out, since)
         table.insert(out, tostring(#entries))
-        for _, entry in ipairs(entries) do table.insert(out, entry) end
+        for _, entry in ipairs(entries) do table.insert(out, entry_of(item, entry)) end
         popped = popped + 1
         if popped >= count then break end
       end
@@ -157,50 +237,63 @@ return out
 """
 )
 
-_ACK = r"""
-local p, q, item, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+# KEYS: the queue's keys. ARGV: queue, item, token.
+_ACK = (
+    QUEUE_LUA
+    + r"""
+local k = queue_keys(1)
+local q, item, token = ARGV[1], ARGV[2], ARGV[3]
 local member = q .. ':' .. item
-if redis.call('HGET', p .. 'queue:tokens', member) ~= token then return 0 end
-redis.call('DEL', p .. 'queue:' .. q .. ':inflight:' .. item)
-redis.call('ZREM', p .. 'queue:leases', member)
-redis.call('HDEL', p .. 'queue:tokens', member)
-redis.call('HDEL', p .. 'queue:leased_since', member)
+if redis.call('HGET', k.tokens, member) ~= token then return 0 end
+drop_entries(k[q].inflight, item)
+redis.call('ZREM', k.leases, member)
+redis.call('HDEL', k.tokens, member)
+redis.call('HDEL', k.leased_since, member)
 return 1
 """
+)
 
+# KEYS: the queue's keys. ARGV: queue, item, token.
 _NACK = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
-local p, q, item, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local member = q .. ':' .. item
-if redis.call('HGET', p .. 'queue:tokens', member) ~= token then return 0 end
-return_member(p, member)
+local k = queue_keys(1)
+local member = ARGV[1] .. ':' .. ARGV[2]
+if redis.call('HGET', k.tokens, member) ~= ARGV[3] then return 0 end
+return_member(k, member)
 return 1
 """
 )
 
+# KEYS: the queue's keys. ARGV: now, limit.
 _SWEEP = (
-    _LUA_COMMON
+    QUEUE_LUA
     + r"""
-return return_expired(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+return return_expired(queue_keys(1), tonumber(ARGV[1]), tonumber(ARGV[2]))
 """
 )
 
-_REMOVE = r"""
-local p, item = ARGV[1], ARGV[2]
+# KEYS: the queue's keys. ARGV: item.
+_REMOVE = (
+    QUEUE_LUA
+    + r"""
+local k = queue_keys(1)
+local item = ARGV[1]
 local removed = 0
 for _, q in ipairs({'train', 'wait'}) do
-  local qkey = p .. 'queue:' .. q
-  removed = removed + redis.call('LREM', qkey, 0, item)
-  redis.call('DEL', qkey .. ':pending:' .. item, qkey .. ':inflight:' .. item)
-  redis.call('HDEL', qkey .. ':since', item)
+  local qk = k[q]
+  removed = removed + redis.call('LREM', qk.list, 0, item)
+  drop_entries(qk.pending, item)
+  drop_entries(qk.inflight, item)
+  redis.call('HDEL', qk.since, item)
   local member = q .. ':' .. item
-  removed = removed + redis.call('ZREM', p .. 'queue:leases', member)
-  redis.call('HDEL', p .. 'queue:tokens', member)
-  redis.call('HDEL', p .. 'queue:leased_since', member)
+  removed = removed + redis.call('ZREM', k.leases, member)
+  redis.call('HDEL', k.tokens, member)
+  redis.call('HDEL', k.leased_since, member)
 end
 return removed
 """
+)
 
 
 class QueueFullError(Exception):
@@ -240,7 +333,7 @@ class RedisSchedulerQueue:
     """The SchedulerQueue (``scheduler_core.ports.QueueStore``) on one Redis database."""
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = "trainscaler:", max_length: int = 10_000
+        self, client: redis.Redis, *, prefix: str = DEFAULT_KEY_PREFIX, max_length: int = 10_000
     ) -> None:
         self._redis = client
         self._prefix = prefix
@@ -251,6 +344,7 @@ class RedisSchedulerQueue:
         self._nack = client.register_script(_NACK)
         self._sweep = client.register_script(_SWEEP)
         self._remove = client.register_script(_REMOVE)
+        self.keys = self._script_keys()
 
     # --- QueueStore port -------------------------------------------------
 
@@ -272,7 +366,7 @@ class RedisSchedulerQueue:
     def ack(self, queue: str, item_id: str) -> None:
         """Port form of ``ack_delivery``: ``item_id`` is the delivery id pop returned."""
         token, _, item = item_id.partition(":")
-        self._ack(args=[self._prefix, queue, item, token])
+        self._ack(keys=self.keys, args=[queue, item, token])
 
     def depths(self) -> dict[str, int]:
         return {q: int(self._redis.llen(self._key(q))) for q in QUEUES}
@@ -283,9 +377,8 @@ class RedisSchedulerQueue:
         self, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
     ) -> tuple[bool, int]:
         """Queue ``payload`` for ``item_id``; returns (merged into a pending item, seq)."""
-        return self.push_result(
-            queue, item_id, self._push(args=self._push_args(queue, item_id, payload, now))
-        )
+        reply = self._push(keys=self.keys, args=self._push_args(queue, item_id, payload, now))
+        return self.push_result(queue, item_id, reply)
 
     def push_and_wake(
         self,
@@ -302,12 +395,8 @@ class RedisSchedulerQueue:
         Returns (merged, seq, woke): ``woke`` is true when this push set the
         flag, so the caller must wake a consumer; the consumer clears it.
         """
-        args = [
-            *self._push_args(queue, item_id, payload, now),
-            wake_key,
-            max(1, int(wake_ttl * 1000)),
-        ]
-        reply = self._push(args=args)
+        args = [*self._push_args(queue, item_id, payload, now), max(1, int(wake_ttl * 1000))]
+        reply = self._push(keys=[*self.keys, wake_key], args=args)
         merged, seq = self.push_result(queue, item_id, reply)
         return merged, seq, bool(int(reply[2]))
 
@@ -315,14 +404,15 @@ class RedisSchedulerQueue:
         self, pipe: Any, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
     ) -> None:
         """Queue the push on a pipeline; read its reply with ``push_result``."""
-        self._push(args=self._push_args(queue, item_id, payload, now), client=pipe)
+        self._push(keys=self.keys, args=self._push_args(queue, item_id, payload, now), client=pipe)
 
     def _push_args(
         self, queue: str, item_id: str, payload: Mapping[str, Any], now: float
     ) -> list[Any]:
         _check_queue(queue)
+        _check_item(item_id)
         data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-        return [self._prefix, queue, item_id, data, _num(now), self._max_length]
+        return [queue, item_id, data, _num(now), self._max_length]
 
     def push_result(self, queue: str, item_id: str, reply: Any) -> tuple[bool, int]:
         """(merged, seq) from a push's reply, or ``QueueFullError``."""
@@ -366,7 +456,7 @@ class RedisSchedulerQueue:
         raw = [
             _text(x)
             for x in self._pop(
-                args=[self._prefix, _num(now), _num(lease_seconds), scan, count, *ordered]
+                keys=self.keys, args=[_num(now), _num(lease_seconds), scan, count, *ordered]
             )
         ]
         deliveries = []
@@ -389,29 +479,30 @@ class RedisSchedulerQueue:
     def ack_delivery(self, delivery: Delivery) -> bool:
         """Done with a delivery. False when its lease had expired and it was handed back."""
         return bool(
-            self._ack(args=[self._prefix, delivery.queue, delivery.item_id, delivery.token])
+            self._ack(keys=self.keys, args=[delivery.queue, delivery.item_id, delivery.token])
         )
 
     def ack_deliveries(self, deliveries: list[Delivery]) -> list[bool]:
         """``ack_delivery`` for many, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         for d in deliveries:
-            self._ack(args=[self._prefix, d.queue, d.item_id, d.token], client=pipe)
+            self._ack(keys=self.keys, args=[d.queue, d.item_id, d.token], client=pipe)
         return [bool(x) for x in pipe.execute()]
 
     def nack_delivery(self, delivery: Delivery) -> bool:
         """Put a delivery back at the front of its queue now (e.g. no capacity yet)."""
         return bool(
-            self._nack(args=[self._prefix, delivery.queue, delivery.item_id, delivery.token])
+            self._nack(keys=self.keys, args=[delivery.queue, delivery.item_id, delivery.token])
         )
 
     def return_expired(self, *, now: float, limit: int = 1000) -> int:
         """Hand items whose lease expired back to the front of their queue."""
-        return int(self._sweep(args=[self._prefix, _num(now), limit]))
+        return int(self._sweep(keys=self.keys, args=[_num(now), limit]))
 
     def remove(self, item_id: str) -> int:
         """Drop every queued and in-flight entry of a job (KubeML ``taskFinished``)."""
-        return int(self._remove(args=[self._prefix, item_id]))
+        _check_item(item_id)
+        return int(self._remove(keys=self.keys, args=[item_id]))
 
     def stats(self, *, now: float) -> dict[str, QueueStats]:
         leases = [_text(m) for m in self._redis.zrange(self._p("queue:leases"), 0, -1)]
@@ -431,17 +522,26 @@ class RedisSchedulerQueue:
 
     def pending_entries(self, queue: str, item_id: str) -> list[QueueEntry]:
         """Entries queued (not in flight) for one item, oldest first."""
-        raw = self._redis.lrange(f"{self._key(queue)}:pending:{item_id}", 0, -1)
-        entries = []
-        for entry in raw:
-            value = json.loads(entry)
-            entries.append(
-                QueueEntry(seq=int(value["seq"]), at=float(value["at"]), data=value["data"])
-            )
-        return entries
+        _check_queue(queue)
+        _check_item(item_id)
+        raw = self._redis.zrangebylex(
+            f"{self._key(queue)}:pending", f"[{item_id}\x00", f"({item_id}\x01"
+        )
+        # Each member is item, NUL, 20 digits of seq, then the entry (see the key layout).
+        return [_entry(_text(member)[len(item_id) + 21 :]) for member in raw]
 
     def items(self, queue: str) -> list[str]:
         return [_text(x) for x in self._redis.lrange(self._key(queue), 0, -1)]
+
+    def _script_keys(self) -> list[str]:
+        """Every key of the queue, in the order ``queue_keys`` in the scripts reads them."""
+        shared = [self._p(f"queue:{name}") for name in ("leases", "tokens", "leased_since")]
+        counters = [self._p("queue:seq"), self._p("queue:token")]
+        per_queue = []
+        for q in (TRAIN, WAIT):
+            base = self._key(q)
+            per_queue += [base, f"{base}:pending", f"{base}:inflight", f"{base}:since"]
+        return [*shared, *counters, *per_queue]
 
     def _key(self, queue: str) -> str:
         return self._p(f"queue:{queue}")
@@ -453,6 +553,12 @@ class RedisSchedulerQueue:
 def _entry(raw: str | bytes) -> QueueEntry:
     value = json.loads(raw)
     return QueueEntry(seq=int(value["seq"]), at=float(value["at"]), data=value["data"])
+
+
+def _check_item(item_id: str) -> None:
+    # NUL ends the item's part of an entry's member (the lex range of its entries).
+    if "\x00" in item_id:
+        raise ValueError(f"queue item ids must not contain NUL: {item_id!r}")
 
 
 def _check_queue(queue: str) -> None:

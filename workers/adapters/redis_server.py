@@ -83,6 +83,10 @@ class EmbeddedRedis:
     port: int = 0
     start_timeout: float = 10.0
     password: str = field(default_factory=generate_password)
+    # More redis.conf directives as command-line pairs, e.g. ("--cluster-enabled", "yes").
+    extra_args: tuple[str, ...] = ()
+    # More redis.conf lines, written to the 0600 config file (secrets: masterauth ...).
+    config_lines: tuple[str, ...] = ()
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -100,6 +104,9 @@ class EmbeddedRedis:
         if self.port == 0:
             self.port = free_port()
         config = write_password_config(self.data_dir / "redis.conf", self.password)
+        if self.config_lines:
+            with config.open("a") as extra:
+                extra.write("".join(f"{line}\n" for line in self.config_lines))
         args = [
             redis_server_binary(),
             str(config),
@@ -116,6 +123,7 @@ class EmbeddedRedis:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += list(self.extra_args)
         self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
         self._wait_ready()
         return self

@@ -10,6 +10,8 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 ``<job>`` is ``namespace/name``):
 
 * ``P jobs`` SET of known job keys; ``P job:<job>`` STRING ``JobRecord`` JSON.
+  A finished job's keys (``job_keys``) expire after the retention and the job
+  leaves ``P jobs`` (``workers.adapters.job_retention``, ``P jobs:finished``).
 * ``P job:<job>:policy:<policy>`` STRING the policy's state for this job only.
 * ``P job:<job>:schedule`` STRING ``ScheduleCursor`` JSON (newest applied queue
   seq, newest decided target), written in the same compare-and-set as the state.
@@ -48,7 +50,9 @@ from scheduler_core.models import (
     Resources,
     ScalingDecision,
 )
+from scheduler_core.registry import policy_names
 from workers.adapters import state_scripts as scripts
+from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.state_records import (
     AppliedTarget,
     AutoscaleRun,
@@ -66,12 +70,23 @@ from workers.adapters.state_records import (
 
 T = TypeVar("T")
 
+# The per-job keys besides the record and the policies' states (see the layout above).
+JOB_KEY_SUFFIXES = (
+    "schedule",
+    "generation",
+    "applied",
+    "decisions",
+    "metrics",
+    "epochs",
+    "last_report",
+)
+
 
 class StateStore:
     """Typed reads and writes of the runtime's state in one Redis database."""
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = "trainscaler:", history: int = 200
+        self, client: redis.Redis, *, prefix: str = DEFAULT_KEY_PREFIX, history: int = 200
     ) -> None:
         self.redis = client
         self.prefix = prefix
@@ -89,6 +104,11 @@ class StateStore:
 
     def job_key(self, job: str, suffix: str) -> str:
         return self.key(f"job:{job}:{suffix}")
+
+    def job_keys(self, job: str) -> list[str]:
+        """Every key that belongs to one job (its record, state, history), in a fixed order."""
+        suffixes = [*JOB_KEY_SUFFIXES, *(f"policy:{name}" for name in policy_names())]
+        return [self.key(f"job:{job}"), *(self.job_key(job, s) for s in suffixes)]
 
     # --- job records ------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from workers.adapters.redis_sentinel import celery_redis
 from workers.settings import Settings, get_settings
 
 
@@ -29,7 +30,7 @@ def flower_argv(
     extra: list[str] | None = None,
 ) -> list[str]:
     argv = [
-        sys.executable, "-m", "celery", "-A", "workers", f"--broker={settings.redis_url}",
+        sys.executable, "-m", "celery", "-A", "workers", f"--broker={celery_redis(settings).broker_url}",
         "flower", f"--address={address}", f"--port={port}",
     ]  # fmt: skip
     if basic_auth:
