@@ -14,6 +14,7 @@ workers beat`` (RedBeat scheduler, set here), ``celery -A workers flower``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
@@ -21,6 +22,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from workers.adapters.redis_sentinel import celery_redis
 from workers.beat_schedule import beat_schedule, redbeat_lock_timeout
+from workers.heartbeat import heartbeat_step
 from workers.observability.logs import configure_logging
 from workers.observability.worker_exposition import install_worker_exposition
 from workers.settings import Settings, get_settings
@@ -119,6 +121,11 @@ def create_app(settings: Settings) -> Celery:
         redbeat_redis_options=connections.redbeat_options,
         beat_max_loop_interval=max(1, int(min(settings.autoscale_interval, 5))),
     )
+    if settings.heartbeat_file:
+        # Liveness without the broker: see workers/heartbeat.py.
+        app.steps["worker"].add(
+            heartbeat_step(Path(settings.heartbeat_file), interval=settings.heartbeat_interval)
+        )
     return app
 
 

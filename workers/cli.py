@@ -19,18 +19,32 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
+# Run often (the liveness probe): registered alone, without importing every other command.
+LIGHT_COMMANDS = frozenset({"healthcheck"})
+
+
+def _group_callback() -> None:
+    """Autoscaler for elastic training jobs on Kubernetes."""
+
+
+def _register(command: str | None) -> None:
     # Sub-commands register themselves on import; import errors of optional
     # parts (for example the simulator's plotting) surface when they are used.
     from workers.commands import register_all
 
-    register_all(app)
+    if command in LIGHT_COMMANDS:
+        # A callback keeps the one registered command a sub-command (Typer would
+        # otherwise make a lone command the root).
+        app.callback()(_group_callback)
+        register_all(app, only=command)
+    else:
+        register_all(app)
 
 
 def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
-    _register()
+    _register(args[0] if args else None)
     try:
         app(args=args, standalone_mode=True)
     except SystemExit:

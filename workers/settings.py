@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     # whoever drives time (replaying a recorded report stream; tests only).
     clock: Literal["system", "redis"] = "system"
 
+    # --- Liveness (DEPLOY, issue 16; workers/heartbeat.py) ---
+    # The file a worker's main process rewrites every ``heartbeat_interval`` seconds
+    # for the pod's liveness probe (``trainscaler healthcheck``); empty: no heartbeat.
+    heartbeat_file: str = ""
+    heartbeat_interval: float = Field(default=5.0, gt=0)
+
     # --- Periodic work (Celery beat / RedBeat) ---
     autoscale_interval: float = Field(default=30.0, gt=0)
     lease_sweep_interval: float = Field(default=5.0, gt=0)
