@@ -107,7 +107,7 @@ def permissions_used(events: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
-    """Create or replace one namespace, service account or RBAC object."""
+    """Create or replace one namespace, service account or RBAC object (cluster or namespaced)."""
     core: Any = k8s.CoreV1Api(api)
     rbac: Any = k8s.RbacAuthorizationV1Api(api)
     kind, name = document["kind"], document["metadata"]["name"]
@@ -117,6 +117,8 @@ def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
         "ServiceAccount": (core.create_namespaced_service_account, None),
         "ClusterRole": (rbac.create_cluster_role, rbac.replace_cluster_role),
         "ClusterRoleBinding": (rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding),
+        "Role": (rbac.create_namespaced_role, rbac.replace_namespaced_role),
+        "RoleBinding": (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding),
     }
     create, replace = creators[kind]
     try:
@@ -127,12 +129,14 @@ def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
     except k8s.ApiException as error:
         if error.status != 409:
             raise
-        if replace is not None:
+        if replace is not None and namespace:
+            replace(name, namespace, document)
+        elif replace is not None:
             replace(name, document)
 
 
 def install_rbac(api: k8s.ApiClient) -> None:
-    for manifest in ("namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"):
+    for manifest in ("namespace.yaml", "serviceaccounts.yaml", "rbac.yaml", "leader-election.yaml"):
         for document in yaml.safe_load_all((REPO / "deploy" / manifest).read_text()):
             if document:
                 apply_manifest(api, document)

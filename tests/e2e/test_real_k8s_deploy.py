@@ -7,7 +7,8 @@
 * The ``trainscaler`` service account's rights, asked as that account
   (impersonation): a SelfSubjectRulesReview lists exactly
   ``REQUIRED_PERMISSIONS`` beyond what an account without bindings holds
-  (nothing missing, nothing extra), and ``kubectl auth can-i --as`` answers yes for each
+  (nothing missing, nothing extra), plus ``LEASE_PERMISSIONS`` (the planner's
+  leader election) in the trainscaler namespace only, and ``kubectl auth can-i --as`` answers yes for each
   required permission and no for neighbours the adapter never uses. The API's
   own account, ``trainscaler-api``, holds exactly ``API_PERMISSIONS``: no
   scale, status or event rights.
@@ -31,7 +32,12 @@ from kubernetes import config as k8s_config
 
 from tests.e2e.real_cluster import REPO, SERVICE_ACCOUNT, install_rbac
 from workers.adapters.kubernetes.crd import install_crd
-from workers.adapters.kubernetes.rbac import API_PERMISSIONS, REQUIRED_PERMISSIONS, Permission
+from workers.adapters.kubernetes.rbac import (
+    API_PERMISSIONS,
+    LEASE_PERMISSIONS,
+    REQUIRED_PERMISSIONS,
+    Permission,
+)
 
 pytestmark = pytest.mark.real_cluster
 
@@ -148,10 +154,14 @@ def granted(
 
 
 def test_service_account_holds_exactly_the_adapters_permissions(admin: k8s.ApiClient) -> None:
-    for namespace in ("default", "trainscaler"):
+    expected = {
+        "default": set(REQUIRED_PERMISSIONS),
+        "trainscaler": set(REQUIRED_PERMISSIONS | LEASE_PERMISSIONS),
+    }
+    for namespace, permissions in expected.items():
         baseline = granted(admin, namespace, user=BASELINE_ACCOUNT)
-        assert not baseline & set(REQUIRED_PERMISSIONS), baseline & set(REQUIRED_PERMISSIONS)
-        assert granted(admin, namespace) - baseline == set(REQUIRED_PERMISSIONS), namespace
+        assert not baseline & permissions, baseline & permissions
+        assert granted(admin, namespace) - baseline == permissions, namespace
 
 
 def test_the_api_account_holds_exactly_read_permissions(admin: k8s.ApiClient) -> None:
@@ -160,10 +170,11 @@ def test_the_api_account_holds_exactly_read_permissions(admin: k8s.ApiClient) ->
         assert granted(admin, namespace, user=API_ACCOUNT) - baseline == set(API_PERMISSIONS)
 
 
-def can_i(kubectl: str, permission: Permission) -> bool:
+def can_i(kubectl: str, permission: Permission, *, namespace: str | None = None) -> bool:
     resource, _, subresource = permission.resource.partition("/")
     target = f"{resource}.{permission.api_group}" if permission.api_group else resource
-    args = ["auth", "can-i", permission.verb, target, "--all-namespaces", "--as", SERVICE_ACCOUNT]
+    where = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    args = ["auth", "can-i", permission.verb, target, *where, "--as", SERVICE_ACCOUNT]
     if subresource:
         args.append(f"--subresource={subresource}")
     done = run_kubectl(kubectl, *args)
@@ -177,6 +188,17 @@ def test_kubectl_auth_can_i_as_the_service_account(admin: k8s.ApiClient, kubectl
     assert refused == []
     allowed = [p for p in NEIGHBOURS if can_i(kubectl, p)]
     assert allowed == []
+
+
+def test_the_planner_lease_is_granted_in_its_namespace_only(
+    admin: k8s.ApiClient, kubectl: str
+) -> None:
+    for permission in sorted(LEASE_PERMISSIONS):
+        assert can_i(kubectl, permission, namespace="trainscaler"), permission
+        assert not can_i(kubectl, permission, namespace="default"), permission
+    for verb in ("delete", "list", "watch", "patch"):
+        lease = Permission("coordination.k8s.io", "leases", verb)
+        assert not can_i(kubectl, lease, namespace="trainscaler"), verb
 
 
 def test_pinned_kubectl_matches_the_server(admin: k8s.ApiClient, kubectl: str) -> None:

@@ -12,15 +12,18 @@ import pytest
 import yaml
 from celpy.adapter import json_to_cel
 
+from scheduler_core.quantities import parse_quantity
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, render_yaml
 from workers.adapters.kubernetes.rbac import (
     API_PERMISSIONS,
     CLUSTER_READ_PERMISSIONS,
+    LEASE_PERMISSIONS,
     NAMESPACED_PERMISSIONS,
     REQUIRED_PERMISSIONS,
     Permission,
 )
 from workers.adapters.kubernetes.selectors import from_label_selector
+from workers.celery_app import CLUSTER_WRITES, CONTROL, EVENTS, TASK_ROUTES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -64,7 +67,7 @@ def test_every_manifest_validates_strictly(path: Path) -> None:
 
 
 def test_validator_rejects_a_broken_manifest() -> None:
-    broken = documents(DEPLOY / "workers.yaml")[0]
+    broken = documents(DEPLOY / "scale-workers.yaml")[0]
     broken["spec"]["replicas"] = "two"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
@@ -235,22 +238,106 @@ def test_binding_gives_the_role_to_the_service_account() -> None:
 # --- workloads -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["worker", "beat", "flower", "api"])
+ROLES = ["planner", "scale-worker", "event-worker"]
+REDIS_CLIENTS = [*ROLES, "beat", "flower", "api"]
+
+
+@pytest.mark.parametrize("name", REDIS_CLIENTS)
 def test_deployment_selectors_match_their_pods(name: str) -> None:
     deployment = find("Deployment", f"trainscaler-{name}")
     assert from_label_selector(deployment["spec"]["selector"]).matches(pod_labels(deployment))
     assert container(deployment)["image"].startswith("trainscaler:")
 
 
-def test_workers_two_replicas_with_celery_ping_probes() -> None:
-    workers = find("Deployment", "trainscaler-worker")
-    assert workers["spec"]["replicas"] == 2
-    assert workers["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
-    main = container(workers)
-    assert main["command"][:4] == ["celery", "-A", "workers", "worker"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        command = " ".join(main[probe]["exec"]["command"])
-        assert "celery -A workers inspect ping -d celery@$HOSTNAME" in command
+def env_values(workload: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(workload)["env"] if "value" in e}
+
+
+def option(command: list[str], *names: str) -> str:
+    """The value after the first of ``names`` in ``command`` (exactly one occurrence)."""
+    found = [i for i, word in enumerate(command) if word in names]
+    assert len(found) == 1, (names, command)
+    return command[found[0] + 1]
+
+
+def memory_bytes(quantity: str) -> float:
+    return float(parse_quantity(quantity))
+
+
+def test_every_queue_has_exactly_one_role_consuming_it() -> None:
+    """Scale and event workers each consume one queue; the planner owns `control`."""
+    consumed: dict[str, str] = {"control": "planner"}  # `trainscaler planner`: -Q control
+    for role in ("scale-worker", "event-worker"):
+        command = container(find("Deployment", f"trainscaler-{role}"))["command"]
+        assert command[:4] == ["celery", "-A", "workers", "worker"]
+        queues = option(command, "-Q", "--queues").split(",")
+        assert len(queues) == 1, f"{role} consumes {queues}: one queue per role"
+        assert queues[0] not in consumed, f"{queues[0]} consumed twice"
+        consumed[queues[0]] = role
+    assert consumed == {
+        "control": "planner",
+        "cluster-writes": "scale-worker",
+        "events": "event-worker",
+    }
+    routed = {route["queue"] for route in TASK_ROUTES.values()}
+    assert routed == set(consumed) == {CONTROL, EVENTS, CLUSTER_WRITES}
+
+
+@pytest.mark.parametrize("role", ["scale-worker", "event-worker"])
+def test_workers_set_their_concurrency_explicitly(role: str) -> None:
+    # Without it prefork starts one child per node CPU under a fixed memory limit.
+    command = container(find("Deployment", f"trainscaler-{role}"))["command"]
+    assert int(option(command, "--concurrency", "-c")) >= 1
+    assert "--pool" not in command  # prefork: the children share the imported code
+
+
+def test_the_planner_is_one_active_and_one_standby() -> None:
+    planner = find("Deployment", "trainscaler-planner")
+    assert planner["spec"]["replicas"] == 2
+    assert container(planner)["command"] == ["trainscaler", "planner"]
+    assert planner["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
+    # The new pod is up (as the standby) before an old one goes.
+    assert planner["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_liveness_reads_the_heartbeat_and_never_the_broker(role: str) -> None:
+    workload = find("Deployment", f"trainscaler-{role}")
+    main = container(workload)
+    command = main["livenessProbe"]["exec"]["command"]
+    assert command[:2] == ["trainscaler", "healthcheck"]
+    assert "celery" not in " ".join(command) and "redis" not in " ".join(command)
+    env = env_values(workload)
+    assert env["TRAINSCALER_HEARTBEAT_FILE"].startswith("/tmp/")  # the writable emptyDir
+    assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+    max_age = float(option(command, "--max-age"))
+    # Several missed beats before a failure, and the kubelet waits for more failures.
+    assert max_age >= 3 * float(env["TRAINSCALER_HEARTBEAT_INTERVAL"])
+    assert main["livenessProbe"]["failureThreshold"] >= 2
+
+
+@pytest.mark.parametrize("role", ["scale-worker", "event-worker"])
+def test_worker_readiness_is_a_ping_through_the_broker(role: str) -> None:
+    main = container(find("Deployment", f"trainscaler-{role}"))
+    command = " ".join(main["readinessProbe"]["exec"]["command"])
+    assert "celery -A workers inspect ping -d celery@$HOSTNAME" in command
+
+
+def test_resources_follow_the_issue_16_sizing() -> None:
+    """Scale and event workers hold no cluster cache: small. The planner holds it."""
+    requests = {
+        role: container(find("Deployment", f"trainscaler-{role}"))["resources"] for role in ROLES
+    }
+    for role, resources in requests.items():
+        assert memory_bytes(resources["limits"]["memory"]) >= memory_bytes(
+            resources["requests"]["memory"]
+        ), role
+        assert "cpu" in resources["requests"], role
+    # An idle prefork worker with --concurrency 4 measured about 170 MB PSS.
+    for role in ("scale-worker", "event-worker"):
+        assert 256 * 2**20 <= memory_bytes(requests[role]["requests"]["memory"]) <= 512 * 2**20
+    # The planner's cache: 496 MB RSS at 5,000 nodes (issue 16's baseline).
+    assert memory_bytes(requests["planner"]["requests"]["memory"]) >= 496 * 10**6
 
 
 def test_beat_runs_redbeat_with_two_replicas() -> None:
@@ -300,7 +387,7 @@ def test_no_secret_or_placeholder_is_applied_by_the_kustomization() -> None:
         ("StatefulSet", "trainscaler-redis", "REDIS_PASSWORD", ("trainscaler-redis", "password")),
         *(
             ("Deployment", f"trainscaler-{name}", "TRAINSCALER_REDIS_PASSWORD", ("trainscaler-redis", "password"))
-            for name in ("worker", "beat", "flower", "api")
+            for name in REDIS_CLIENTS
         ),
     ],
 )  # fmt: skip
@@ -311,7 +398,7 @@ def test_secrets_come_from_generated_secrets(
     assert secret[1] in generated_secrets()[secret[0]]
 
 
-@pytest.mark.parametrize("name", ["worker", "beat", "flower", "api"])
+@pytest.mark.parametrize("name", REDIS_CLIENTS)
 def test_the_redis_url_holds_no_password(name: str) -> None:
     # The password (any characters) is URL-encoded into the URL by Settings.
     env = {e["name"]: e for e in container(find("Deployment", f"trainscaler-{name}"))["env"]}
@@ -379,12 +466,51 @@ def test_redis_is_persistent_and_password_protected() -> None:
     )
 
 
-def test_pdb_covers_the_workers() -> None:
-    pdb = find("PodDisruptionBudget", "trainscaler-worker")
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_has_its_own_pdb(role: str) -> None:
+    pdb = find("PodDisruptionBudget", f"trainscaler-{role}")
     selector = from_label_selector(pdb["spec"]["selector"])
-    assert selector.matches(pod_labels(find("Deployment", "trainscaler-worker")))
-    assert not selector.matches(pod_labels(find("Deployment", "trainscaler-beat")))
-    assert pdb["spec"]["minAvailable"] == 1
+    assert selector.matches(pod_labels(find("Deployment", f"trainscaler-{role}")))
+    for other in [*ROLES, "beat", "api"]:
+        if other != role:
+            assert not selector.matches(pod_labels(find("Deployment", f"trainscaler-{other}")))
+    if role == "planner":
+        # The standby may be unready; one pod at a time still goes.
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    else:
+        assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_every_deployment_with_more_than_one_replica_has_a_pdb() -> None:
+    budgets = [
+        from_label_selector(d["spec"]["selector"])
+        for d in all_documents()
+        if d["kind"] == "PodDisruptionBudget"
+    ]
+    for doc in all_documents():
+        if (
+            doc["kind"] == "Deployment"
+            and doc["spec"]["replicas"] > 1
+            and doc["metadata"]["name"] != "trainscaler-beat"
+        ):
+            assert any(b.matches(pod_labels(doc)) for b in budgets), doc["metadata"]["name"]
+
+
+def test_the_planner_lease_role_is_namespaced_and_exact() -> None:
+    role = find("Role", "trainscaler-planner-lease")
+    assert role["metadata"]["namespace"] == "trainscaler"
+    assert granted(role) == set(LEASE_PERMISSIONS)
+    binding = find("RoleBinding", "trainscaler-planner-lease")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "trainscaler-planner-lease",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainscaler", "namespace": "trainscaler"}
+    ]
+    assert not LEASE_PERMISSIONS & REQUIRED_PERMISSIONS  # never granted cluster-wide
 
 
 def test_only_trainscaler_pods_reach_redis() -> None:
@@ -407,7 +533,7 @@ def test_only_trainscaler_pods_reach_redis() -> None:
     def allowed(labels: dict[str, str]) -> bool:
         return any(peer.matches(labels) for peer in peers)
 
-    for name in ("worker", "beat", "flower", "api"):
+    for name in REDIS_CLIENTS:
         assert allowed(pod_labels(find("Deployment", f"trainscaler-{name}"))), name
     assert not allowed({"app": "training-job"})
     assert not allowed({"app.kubernetes.io/name": "trainscaler"})
@@ -527,7 +653,7 @@ def test_no_shipped_kubeml_listener_is_open_without_its_network_policy() -> None
         assert not _admits(policies, {"svc": "storage"}, kubeml_ns, 10200)
         assert not _admits(policies, {"app": "anything"}, kubeml_ns, 10200)
         assert not _admits(policies, {"svc": "controller"}, other_ns, 10200)
-        for name in ("worker", "beat", "flower", "api"):
+        for name in REDIS_CLIENTS:
             labels = pod_labels(find("Deployment", f"trainscaler-{name}"))
             assert not _admits(policies, labels, own_ns, 10200), name
 

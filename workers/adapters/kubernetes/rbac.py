@@ -45,6 +45,13 @@ REQUIRED_PERMISSIONS: frozenset[Permission] = frozenset(
     | _grant("", ("events",), ("create",))
 )
 
+# DEPLOY (issue 16): the planner's leader election, one coordination.k8s.io Lease
+# in trainscaler's own namespace: a Role there, never cluster-wide
+# (deploy/leader-election.yaml; a unit test keeps them equal).
+LEASE_PERMISSIONS: frozenset[Permission] = frozenset(
+    _grant("coordination.k8s.io", ("leases",), ("get", "create", "update"))
+)
+
 # Capacity is cluster-wide (every node, every live pod uses it): read-only, and
 # the only cluster-scoped grant the namespaced alternative keeps.
 CLUSTER_READ_PERMISSIONS: frozenset[Permission] = frozenset(
