@@ -543,13 +543,6 @@ def test_only_trainscaler_pods_reach_redis() -> None:
             assert all(set(peer) == {"podSelector"} for peer in rule["from"])
 
 
-def test_dockerfile_installs_the_project_on_python_311_slim() -> None:
-    text = (DEPLOY / "Dockerfile").read_text()
-    from_lines = [line for line in text.splitlines() if line.startswith("FROM ")]
-    assert from_lines == ["FROM python:3.11-slim"]
-    assert "pip install ." in text
-
-
 def test_the_packing_scheduler_profile_scores_most_allocated_gpus_first() -> None:
     config = yaml.safe_load((DEPLOY / "scheduler" / "kube-scheduler-config.yaml").read_text())
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
