@@ -15,8 +15,8 @@ fails and the kubelet restarts the container.
 
 ``HeartbeatStep`` plugs the heartbeat into Celery's worker blueprint
 (``workers.celery_app`` adds it when ``heartbeat_file`` is set); ``Heartbeat``
-itself is plain and usable by any long-running process (the planner's standby
-wait can run one too).
+itself is plain and usable by any long-running process: ``beating`` wraps the
+planner's standby wait for its Lease, so a standby stays live too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,24 @@ class Heartbeat:
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 1.0)
             self._thread = None
+
+
+@contextmanager
+def beating(path: str, *, interval: float) -> Iterator[None]:
+    """Beat while a process waits outside a Celery worker; no-op when ``path`` is empty.
+
+    For the planner's standby (``trainscaler planner`` waiting for its Lease):
+    wrap the wait, and the worker's own ``HeartbeatStep`` takes over once it runs.
+    """
+    if not path:
+        yield
+        return
+    heartbeat = Heartbeat(Path(path), interval=interval)
+    heartbeat.start()
+    try:
+        yield
+    finally:
+        heartbeat.stop()
 
 
 def heartbeat_age(path: Path, *, now: float) -> float | None:

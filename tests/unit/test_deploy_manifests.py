@@ -298,6 +298,11 @@ def test_the_planner_is_one_active_and_one_standby() -> None:
     assert planner["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
     # The new pod is up (as the standby) before an old one goes.
     assert planner["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # The Lease is taken in the pod's own namespace, where the lease Role grants it.
+    env = {e["name"]: e for e in container(planner)["env"]}
+    lease_namespace = env["TRAINSCALER_PLANNER_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]
+    assert lease_namespace == {"fieldPath": "metadata.namespace"}
+    assert find("Role", "trainscaler-planner-lease")["metadata"]["namespace"] == "trainscaler"
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from workers.commands import register_all
-from workers.heartbeat import Heartbeat, heartbeat_age
+from workers.heartbeat import Heartbeat, beating, heartbeat_age
 
 TRAINSCALER = [sys.executable, "-c", "from workers.cli import main; main()"]
 
@@ -69,6 +70,17 @@ def test_the_thread_stops_beating_when_the_worker_leaves_its_running_state(
         assert not thread.is_alive()
     finally:
         heartbeat.stop()
+
+
+def test_beating_covers_a_wait_outside_celery_and_stops_after(tmp_path: Path) -> None:
+    path = tmp_path / "heartbeat"
+    with beating(str(path), interval=0.05):
+        assert heartbeat_age(path, now=time.time()) is not None  # fresh from the start
+        names = {t.name for t in threading.enumerate()}
+        assert "heartbeat" in names
+    assert "heartbeat" not in {t.name for t in threading.enumerate()}
+    with beating("", interval=0.05):  # no file configured: nothing runs
+        assert "heartbeat" not in {t.name for t in threading.enumerate()}
 
 
 def test_interval_must_be_positive(tmp_path: Path) -> None:
