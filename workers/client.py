@@ -286,9 +286,9 @@ class TrainscalerClient:
         body: dict[str, Any] = self._call("GET", f"/jobs/{job}").json()
         return body
 
-    def plan(self, *, policy: str | None = None) -> dict[str, Any]:
-        params = {"policy": policy} if policy else None
-        body: dict[str, Any] = self._call("GET", "/plan", params=params).json()
+    def plan(self) -> dict[str, Any]:
+        """``GET /plan``: the planner's newest round."""
+        body: dict[str, Any] = self._call("GET", "/plan").json()
         return body
 
     def queue(self) -> dict[str, Any]:

@@ -99,7 +99,7 @@ class TrainscalerApi:
         return answer if isinstance(answer, list) else []
 
     def plan(self) -> Mapping[str, Any] | None:
-        """``GET /plan``: the planner's dry run, with the cluster's resources."""
+        """``GET /plan``: the planner's newest round, with the cluster it saw (None before one)."""
         answer = self._call("GET", "/plan")
         return answer if isinstance(answer, Mapping) else None
 

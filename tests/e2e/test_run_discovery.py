@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import wait_for
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 
@@ -76,8 +78,13 @@ def test_client_commands_find_the_running_system_with_nothing_exported(
     assert status.stdout.startswith("healthy"), status.stdout
     assert "oldest -s" not in status.stdout
 
-    plan = _run([cli, "plan"], home)
-    assert plan.returncode == 0, plan.stderr
+    # The planner's newest round (the first one may still be on its way).
+    plan = wait_for(
+        lambda: (done := _run([cli, "plan"], home)).returncode == 0 and done,
+        timeout=120,
+        interval=2,
+        what="trainscaler plan after the first autoscale round",
+    )
     assert re.search(r"cluster: 4 nodes, GPU \d+/16", plan.stdout), plan.stdout
 
     letters = _run([cli, "dead-letters", "list"], home)

@@ -128,9 +128,27 @@ def test_submit_report_jobs_status_plan(served: CliEnv) -> None:
     assert status.stdout.startswith("healthy (redis: ok, cluster: ok)")
     assert "dead letters: 0" in status.stdout
 
-    plan = served.run("plan", "--json")
-    assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["applied"] is False
+    # The planner's newest round, read through the API: none before a round runs.
+    none_yet = served.run("plan")
+    assert none_yet.returncode == 1 and "no autoscale round yet" in none_yet.stderr
+    celery = str(Path(sys.executable).with_name("celery"))
+    sent = subprocess.run(
+        [celery, "-A", "workers", "call", "trainscaler.autoscale"],
+        cwd=REPO, env={**os.environ, **served.env}, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+
+    def planned() -> subprocess.CompletedProcess[str] | None:
+        done = served.run("plan", "--json")
+        return done if done.returncode == 0 else None
+
+    plan = wait_for(planned, timeout=30, what="the autoscale round's plan")
+    assert plan is not None
+    newest = json.loads(plan.stdout)
+    assert newest["policy"] == "edl" and newest["run_id"] >= 1
+    table = served.run("plan")
+    assert table.returncode == 0 and "cluster: " in table.stdout, table.stderr
 
     # The API logged one JSON object per line, each request with its id.
     lines = [json.loads(line) for line in served.log.read_text().splitlines() if line.strip()]

@@ -157,7 +157,7 @@ def test_job_shaped_bodies_never_5xx(api: httpx.Client) -> None:
     [
         ("DELETE", "/finish/{}"),
         ("GET", "/jobs/{}"),
-        ("GET", "/plan?policy={}"),
+        ("GET", "/plan?{}"),
         ("GET", "/queue?dead_letters={}"),
         ("GET", "/jobs?{}"),
         ("GET", "/health?{}"),

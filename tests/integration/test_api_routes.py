@@ -5,9 +5,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from scheduler_core.models import ElasticJob, Resources
+from scheduler_core.models import (
+    ClusterResource,
+    Reason,
+    ScalingDecision,
+    ScalingPlan,
+)
 from tests.integration.api_fixtures import TOKEN, ApiStack, ServedApi, api_stack
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import REPO, wait_for
+from workers.adapters.state_records import PlanRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.api.app import create_app
 from workers.api.auth import ApiConfigError
@@ -259,38 +265,53 @@ def test_unknown_ids_get_404(api_stack: ApiStack) -> None:
 # --- plan, queue, metrics, health ----------------------------------------------------------
 
 
-def test_plan_previews_the_cluster_planner_without_applying(api_stack: ApiStack) -> None:
-    reader = StaticClusterReader(api_stack.redis, prefix=api_stack.settings.redis_key_prefix)
-    gpu = Resources(cpu_milli=1000, memory_mega=1000, gpu=1)
-    reader.store(
-        StaticCluster(
-            nodes=(StaticNode(name="n1", cpu_milli=8000, memory_mega=32000, gpu=4),),
-            jobs=(
-                ElasticJob(
-                    namespace="ml",
-                    name="bert",
-                    min_replicas=1,
-                    max_replicas=4,
-                    current_replicas=1,
-                    requests=gpu,
-                    limits=Resources(gpu=1),
-                ),
-            ),
-        )
-    )
+def test_plan_is_the_planners_newest_round_never_a_recomputation(api_stack: ApiStack) -> None:
+    """The API runs no policy: ``GET /plan`` is the stored record of the newest round."""
     plan_key = f"{api_stack.settings.redis_key_prefix}plan:latest"
-    before = api_stack.redis.get(plan_key)
+    api_stack.redis.delete(plan_key)
     with api_stack.client() as api:
-        preview = api.get("/plan").json()
-        unknown = api.get("/plan", params={"policy": "no-such-policy"})
-    assert preview["policy"] == "edl" and preview["applied"] is False
-    assert preview["jobs_considered"] == 1 and preview["cluster"]["gpu_total"] == 4
-    (decision,) = preview["decisions"]
-    assert decision["job"] == "ml/bert" and decision["target"] > 1
-    assert decision["rule"].startswith("edl") and decision["message"]
-    assert api_stack.redis.get(plan_key) == before  # nothing stored, nothing scaled
-    assert unknown.status_code == 422 and "query.policy" in unknown.json()["fields"]
-    reader.store(StaticCluster())
+        none_yet = api.get("/plan")
+    assert none_yet.status_code == 404 and none_yet.json()["detail"] == "no autoscale round yet"
+
+    # A cluster the reader would show differently from the round's: the answer is the round's.
+    reader = StaticClusterReader(api_stack.redis, prefix=api_stack.settings.redis_key_prefix)
+    reader.store(
+        StaticCluster(nodes=(StaticNode(name="n1", cpu_milli=8000, memory_mega=32000, gpu=4),))
+    )
+    reason = Reason(
+        rule="edl.grow", message="idle GPU room for one more replica", numbers={"idle_gpu": 3}
+    )
+    record = PlanRecord(
+        run_id=7,
+        at=1234.5,
+        owner="planner-a",
+        plan=ScalingPlan(
+            policy="edl",
+            decisions=(
+                ScalingDecision(job="ml/bert", current=1, target=2, reason=reason),
+                ScalingDecision(job="ml/gpt", current=3, target=3, reason=reason),
+            ),
+        ),
+        cluster=ClusterResource(node_count=2, gpu_total=16, gpu_limit=5),
+    )
+    api_stack.runtime.store.save_plan(record, free=None)
+    try:
+        with api_stack.client() as api:
+            newest = api.get("/plan").json()
+    finally:
+        api_stack.redis.delete(plan_key)
+        reader.store(StaticCluster())
+    assert (newest["policy"], newest["run_id"], newest["at"]) == ("edl", 7, 1234.5)
+    assert (newest["jobs_considered"], newest["changes"]) == (2, 1)
+    assert newest["cluster"]["gpu_total"] == 16 and newest["cluster"]["node_count"] == 2
+    bert = newest["decisions"][0]
+    assert (bert["job"], bert["current"], bert["target"], bert["direction"]) == (
+        "ml/bert",
+        1,
+        2,
+        "up",
+    )
+    assert bert["rule"] == "edl.grow" and bert["message"] == reason.message
 
 
 def test_queue_shows_depths_and_dead_letters(api_stack: ApiStack) -> None:

@@ -30,7 +30,7 @@ from workers.wiring import Runtime
 DESCRIPTION = """\
 KubeML's scheduler API for elastic training jobs (`POST /train`, `POST /job`,
 `DELETE /finish/{taskId}`, `GET /health`), plus read-only views of the
-runtime: jobs with their decisions and reasons, a dry-run cluster plan, the
+runtime: jobs with their decisions and reasons, the planner's newest plan, the
 queues and Prometheus metrics. Send `Authorization: Bearer <TRAINSCALER_API_TOKEN>`;
 `/health` and `/metrics` are open.
 """

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
-import redis
 from fastapi import APIRouter, Depends, HTTPException, Query
-from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
-from scheduler_core.registry import get_policy
 from workers.api.auth import require_token
 from workers.api.context import ApiContext, context
 from workers.api.identity_checks import require_job_ref, require_namespace, require_scope
-from workers.api.schemas import JobDetail, JobSummary, PlanPreview, QueueView
+from workers.api.schemas import JobDetail, JobSummary, PlanView, QueueView
 from workers.api.text_checks import require_utf8
-from workers.api.views import find_job, job_detail, list_jobs, preview_plan, queue_view
-
-log = logging.getLogger(__name__)
+from workers.api.views import find_job, job_detail, list_jobs, newest_plan, queue_view
 
 router = APIRouter(tags=["inspect"], dependencies=[Depends(require_token)])
 Ctx = Annotated[ApiContext, Depends(context)]
-
-
-def _policy(name: str) -> str:
-    try:
-        get_policy(name)
-    except KeyError as error:  # UnknownPolicyError: 422 naming the known ones
-        raise ValueError(str(error)) from None
-    return name
 
 
 @router.get("/jobs")
@@ -59,25 +45,12 @@ async def job(
 
 
 @router.get("/plan")
-async def plan(
-    ctx: Ctx,
-    policy: Annotated[
-        str | None,
-        Query(
-            max_length=64, description="Cluster policy to preview (default: the configured one)."
-        ),
-        AfterValidator(lambda v: None if v is None else _policy(v)),
-    ] = None,
-) -> PlanPreview:
-    """What the cluster planner would do now and why; nothing is applied."""
-    try:
-        return await run_in_threadpool(lambda: preview_plan(ctx.runtime, policy=policy))
-    except redis.RedisError:
-        raise
-    except Exception as error:
-        # Past Redis, only the cluster reader does I/O here: the cluster is unreachable.
-        log.warning("plan preview failed: %s", error)
-        raise HTTPException(status_code=503, detail=f"cluster unavailable: {error}") from error
+async def plan(ctx: Ctx) -> PlanView:
+    """The planner's newest autoscale round: each decision with its reason, and the cluster."""
+    found = await run_in_threadpool(lambda: newest_plan(ctx.runtime))
+    if found is None:
+        raise HTTPException(status_code=404, detail="no autoscale round yet")
+    return found
 
 
 @router.get("/queue")

@@ -114,12 +114,12 @@ class JobDetail(JobSummary):
     planned: DecisionView | None = None
 
 
-class PlanPreview(View):
-    """What the cluster planner would do now, and why; nothing is applied."""
+class PlanView(View):
+    """The planner's newest autoscale round: each decision with its reason."""
 
     policy: str
+    run_id: int
     at: float
-    applied: bool = False
     jobs_considered: int
     changes: int
     cluster: ClusterResource

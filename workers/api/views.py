@@ -1,4 +1,4 @@
-"""Read models over the runtime's state: jobs, the dry-run plan, the queues.
+"""Read models over the runtime's state: jobs, the planner's newest plan, the queues.
 
 Plain functions of a ``Runtime`` (no FastAPI here), so the CLI prints the
 same views the API serves. Nothing here writes.
@@ -12,8 +12,6 @@ from statistics import fmean
 from typing import Any
 
 from scheduler_core.models import ElasticJob, EpochReport, JobPhase, ScalingDecision
-from scheduler_core.policies.base import PolicyInput, in_round_order
-from scheduler_core.registry import decide, load_state
 from workers.adapters.state_records import PlanRecord
 from workers.adapters.state_store import DecisionRecord, JobRecord, StateStore
 from workers.api.schemas import (
@@ -24,12 +22,11 @@ from workers.api.schemas import (
     JobDetail,
     JobState,
     JobSummary,
-    PlanPreview,
+    PlanView,
     QueueStatsView,
     QueueView,
 )
 from workers.observability.metrics import CELERY_QUEUES
-from workers.scaling import cluster_params
 from workers.targets import has_parameter_server
 from workers.wiring import Runtime
 
@@ -294,30 +291,23 @@ def job_detail(rt: Runtime, job: str) -> JobDetail:
     )
 
 
-def preview_plan(rt: Runtime, *, policy: str | None = None) -> PlanPreview:
-    """Run the cluster planner over the cluster reader now, applying nothing."""
-    name = policy or rt.settings.cluster_policy
-    jobs = tuple(rt.cluster_reader.elastic_jobs())
-    cluster = rt.cluster_reader.inquire()
-    candidates = tuple(j for j in jobs if j.policy == name)
-    now = rt.clock.now()
-    # What the next round will see: the stored state and the reports waiting for it.
-    inbox = rt.store.read_cluster_round(name, limit=rt.settings.queue_max_length)
-    result = decide(
-        name,
-        PolicyInput(
-            jobs=candidates, cluster=cluster, reports=in_round_order(inbox.reports), now=now
-        ),
-        state=load_state(name, inbox.state),
-        params=cluster_params(name, rt.settings),
-    )
-    return PlanPreview(
-        policy=name,
-        at=now,
-        jobs_considered=len(candidates),
-        changes=len(result.plan.changes),
-        cluster=cluster,
-        decisions=[decision_view(d) for d in result.plan.decisions],
+def newest_plan(rt: Runtime) -> PlanView | None:
+    """The planner's newest autoscale round: what it decided, why, and the cluster it saw.
+
+    Read from the stored plan record; the API never runs a policy itself (one
+    planner per deployment, issue 16). None before the first round.
+    """
+    record = rt.store.latest_plan()
+    if record is None:
+        return None
+    return PlanView(
+        policy=record.plan.policy,
+        run_id=record.run_id,
+        at=record.at,
+        jobs_considered=len(record.plan.decisions),
+        changes=len(record.plan.changes),
+        cluster=record.cluster,
+        decisions=[decision_view(d) for d in record.plan.decisions],
     )
 
 

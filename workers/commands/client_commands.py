@@ -28,7 +28,6 @@ from workers.client import ApiError, CeleryClient, TrainscalerClient
 from workers.commands.connection import (
     api_refused,
     api_unreachable,
-    cluster_unreadable,
     redis_unreachable,
 )
 from workers.commands.jobs_view import fulfil_text, jobs_table, state_counts, state_text
@@ -108,51 +107,37 @@ def _fmt(value: Any, digits: int = 2) -> str:
 # --- plan -------------------------------------------------------------------------------
 
 
-def plan(
-    policy: Annotated[
-        str | None, typer.Option(help="Cluster policy (default: configured).")
-    ] = None,
-    as_json: AsJson = False,
-) -> None:
-    """Dry run: what the cluster planner would do now, and why. Nothing is applied."""
-    # Imported here: reading the cluster needs the runtime's adapters, the other commands do not.
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
-    from workers.adapters.kubernetes.client import KubeApiError
-    from workers.api.views import preview_plan
-    from workers.wiring import Runtime
-
-    settings = get_settings()
-    cluster_errors = (ConfigException, HTTPError, KubeApiError, OSError)
+def plan(api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False) -> None:
+    """The planner's newest round: each decision with its reason, and the cluster it saw."""
+    api = Api(get_settings(), api_url, token)
     try:
-        preview = preview_plan(Runtime(settings), policy=policy)
-    except redis.RedisError as error:
-        raise CommandError(f"plan: {redis_unreachable(settings, error)}") from None
-    except cluster_errors as error:
-        raise CommandError(f"plan: {cluster_unreadable(settings, error)}") from None
+        newest = api.call("plan", lambda client: client.plan())
+    finally:
+        api.close()
     if as_json:
-        _print_json(preview.model_dump(mode="json"))
+        _print_json(newest)
         return
-    cluster = preview.cluster
-    table = Table(title=f"{preview.policy}: {preview.changes} change(s), nothing applied")
+    cluster = newest["cluster"]
+    table = Table(
+        title=f"{newest['policy']}: {newest['changes']} change(s) in round {newest['run_id']}"
+    )
     for column in ("job", "current", "target", "direction", "rule", "reason"):
         table.add_column(column)
-    for decision in preview.decisions:
+    for decision in newest["decisions"]:
         table.add_row(
-            decision.job,
-            str(decision.current),
-            str(decision.target),
-            decision.direction,
-            decision.rule,
-            decision.message,
+            decision["job"],
+            str(decision["current"]),
+            str(decision["target"]),
+            decision["direction"],
+            decision["rule"],
+            decision["message"],
         )
     console = _console()
     console.print(table)
     console.print(
-        f"cluster: {cluster.node_count} nodes, GPU {cluster.gpu_limit}/{cluster.gpu_total}, "
-        f"CPU {cluster.cpu_request_milli}/{cluster.cpu_total_milli}m, "
-        f"memory {cluster.memory_request_mega}/{cluster.memory_total_mega}M"
+        f"cluster: {cluster['node_count']} nodes, GPU {cluster['gpu_limit']}/{cluster['gpu_total']}, "
+        f"CPU {cluster['cpu_request_milli']}/{cluster['cpu_total_milli']}m, "
+        f"memory {cluster['memory_request_mega']}/{cluster['memory_total_mega']}M"
     )
 
 

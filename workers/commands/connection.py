@@ -41,14 +41,6 @@ def redis_unreachable(settings: Settings, error: Exception) -> str:
     )
 
 
-def cluster_unreadable(settings: Settings, error: Exception) -> str:
-    where = settings.kubeconfig or "KUBECONFIG or ~/.kube/config"
-    return (
-        f"cannot read the Kubernetes cluster (kubeconfig: {where}): {error}; set "
-        f"TRAINSCALER_KUBECONFIG (or TRAINSCALER_KUBE_IN_CLUSTER=true); {_note(settings)}"
-    )
-
-
 def _redacted(url: str) -> str:
     """A Redis URL without its password."""
     scheme, sep, rest = url.partition("://")

@@ -62,7 +62,7 @@ CLUSTER_READ_PERMISSIONS: frozenset[Permission] = frozenset(
 # with these in each listed namespace (deploy/namespaced/rbac-namespaced.yaml).
 NAMESPACED_PERMISSIONS: frozenset[Permission] = REQUIRED_PERMISSIONS - CLUSTER_READ_PERMISSIONS
 
-# The HTTP API only reads (``GET /plan`` previews, ``GET /health``): its own
+# The HTTP API only reads (``GET /jobs`` lists ElasticJobs, ``GET /health``): its own
 # ServiceAccount gets the read verbs and no scale, status or event rights.
 API_PERMISSIONS: frozenset[Permission] = frozenset(
     p
