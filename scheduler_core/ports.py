@@ -7,8 +7,8 @@ to these shapes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
@@ -98,13 +98,12 @@ class ReplicaScaler(Protocol):
 
 
 class QueueStore(Protocol):
-    """KubeML's SchedulerQueue: a train queue served before a wait queue."""
+    """KubeML's SchedulerQueue: a train queue served before a wait queue.
 
-    def push(self, queue: str, item_id: str, payload: Mapping[str, Any]) -> None: ...
-
-    def pop(self, *, lease_seconds: float) -> tuple[str, str, dict[str, Any]] | None: ...
-
-    def ack(self, queue: str, item_id: str) -> None: ...
+    Only what is used through the port: the queues' depths. Pushing, leasing
+    and acknowledging are the Redis adapter's own (batched, with delivery
+    tokens; workers/adapters/redis_queue.py).
+    """
 
     def depths(self) -> dict[str, int]: ...
 

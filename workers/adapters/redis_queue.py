@@ -348,26 +348,6 @@ class RedisSchedulerQueue:
 
     # --- QueueStore port -------------------------------------------------
 
-    def push(
-        self, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float = 0.0
-    ) -> None:
-        self.push_entry(queue, item_id, payload, now=now)
-
-    def pop(
-        self, *, lease_seconds: float, now: float = 0.0
-    ) -> tuple[str, str, dict[str, Any]] | None:
-        """Port form of ``pop_delivery``: ``(queue, delivery_id, payload)``."""
-        delivery = self.pop_delivery(lease_seconds=lease_seconds, now=now)
-        if delivery is None:
-            return None
-        payload = {"item_id": delivery.item_id, "entries": [e.data for e in delivery.entries]}
-        return delivery.queue, delivery.delivery_id, payload
-
-    def ack(self, queue: str, item_id: str) -> None:
-        """Port form of ``ack_delivery``: ``item_id`` is the delivery id pop returned."""
-        token, _, item = item_id.partition(":")
-        self._ack(keys=self.keys, args=[queue, item, token])
-
     def depths(self) -> dict[str, int]:
         return {q: int(self._redis.llen(self._key(q))) for q in QUEUES}
 
