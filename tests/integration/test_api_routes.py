@@ -12,7 +12,7 @@ from scheduler_core.models import (
     ScalingPlan,
 )
 from tests.integration.api_fixtures import TOKEN, ApiStack, ServedApi, api_stack
-from tests.integration.conftest import REPO, wait_for
+from tests.integration.conftest import wait_for
 from workers.adapters.state_records import PlanRecord
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.api.app import create_app

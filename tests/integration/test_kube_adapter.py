@@ -3,14 +3,13 @@
 Cache: one LIST then WATCH, no LIST in steady state, re-LIST after 410 Gone.
 Scaler: Deployment, StatefulSet, ReplicaSet, batch/v1 Job and a custom
 resource with /scale; 409 retried; errors mapped; status and events written;
-every request inside the ClusterRole. Autoscaler: EDL rounds until steady.
+every request inside the ClusterRole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -19,16 +18,15 @@ import pytest
 
 from scheduler_core.models import Reason
 from scheduler_core.ports import (
-    ClusterReader,
     PermanentScaleError,
     ReplicaScaler,
     ScaleRequest,
     TransientScaleError,
 )
 from sim.apiserver import LoopbackApiServer
-from workers.adapters.kubernetes import Autoscaler, KubeAdapter, install_crd
+from workers.adapters.kubernetes import KubeAdapter, install_crd
 from workers.adapters.kubernetes.cache import Informer
-from workers.adapters.kubernetes.client import KubeApiError, KubeClient, WallClock
+from workers.adapters.kubernetes.client import KubeApiError, KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS, ResourceKind
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
 from workers.settings import Settings
@@ -577,97 +575,6 @@ def test_missing_job_or_target_is_permanent(kube: KubeClient, adapter: KubeAdapt
     with pytest.raises(PermanentScaleError, match="invalid bounds"):
         scale(scaler, "ml/inverted", 3, reason="grew")
     assert target_replicas(kube, "Deployment", "inverted") == 1
-
-
-# --- the EDL facade ----------------------------------------------------------------
-
-
-def test_autoscaler_rounds_reach_a_steady_state_without_lists(
-    server: Any, kube: KubeClient, adapter: KubeAdapter
-) -> None:
-    create_workload(kube, "Deployment", "small", replicas=1)
-    create_elastic_job(kube, "small", min_replicas=1, max_replicas=3)
-    create_workload(kube, "Deployment", "large", replicas=1)
-    create_elastic_job(kube, "large", min_replicas=1, max_replicas=20)
-    autoscaler = adapter.autoscaler(max_load_desired=0.5)
-    reader = adapter.cluster_reader()
-    wait_for(lambda: len(reader.elastic_jobs()) == 2, what="both jobs cached")
-    wait_for(lambda: all(s.watches for s in adapter.cache.stats().values()), what="watches open")
-
-    for _ in range(10):
-        server.reset_request_counts()
-        result = autoscaler.run_once()
-        assert result.failed == {}
-        if not result.plan.changes:
-            break
-        # Per scaled job, with the shared cache: read and write its Scale, one
-        # event, one status write; nothing else, no LIST.
-        scaled = len(result.applied)
-        assert server.request_counts() == {
-            ("get", "deployments/scale"): scaled,
-            ("update", "deployments/scale"): scaled,
-            ("create", "events"): scaled,
-            ("update", "elasticjobs/status"): scaled,
-        }
-        # Let the cache see the writes before planning again.
-        applied = dict(result.applied)
-        wait_for(lambda: _cache_caught_up(reader, applied), what="cache catch-up")  # noqa: B023
-    else:
-        raise AssertionError("no steady state after 10 rounds")
-
-    replicas = {job.key: job.current_replicas for job in reader.elastic_jobs()}
-    # 16 CPUs x 0.5 = 8 one-CPU replicas at most.
-    assert replicas["ml/small"] == 3 and sum(replicas.values()) == 8
-    # The planner's reasons reach the jobs' status.
-    small = get_elastic_job(kube, "small")["status"]
-    large = get_elastic_job(kube, "large")["status"]
-    assert small["lastDecision"]["rule"] == "edl.scale_up"
-    assert small["lastDecision"]["policy"] == "edl"
-    limited = {c["type"]: c for c in small["conditions"]}["ScalingLimited"]
-    assert (limited["status"], limited["reason"]) == ("True", "TooManyReplicas")
-    limited = {c["type"]: c for c in large["conditions"]}["ScalingLimited"]
-    assert (limited["status"], limited["reason"]) == ("True", "InsufficientCapacity")
-    assert "cpu_cap" in limited["message"]
-    server.reset_request_counts()
-    steady = autoscaler.run_once()
-    assert steady.plan.changes == () and steady.applied == {}
-    assert server.request_counts() == {}, "a steady-state round plans from the cache alone"
-
-
-def _cache_caught_up(reader: Any, applied: dict[str, int]) -> bool:
-    """The new replica counts and their pods (1 CPU each) are in the cache."""
-    seen = {job.key: job.current_replicas for job in reader.elastic_jobs()}
-    if any(seen.get(key) != replicas for key, replicas in applied.items()):
-        return False
-    return bool(reader.inquire().cpu_request_milli == 1000 * sum(seen.values()))
-
-
-def test_autoscaler_facade_options_and_loop(
-    server: Any, kube: KubeClient, adapter: KubeAdapter
-) -> None:
-    reader: ClusterReader = adapter.cluster_reader()
-    scaler: ReplicaScaler = adapter.replica_scaler()
-    autoscaler = Autoscaler(reader, scaler, clock=WallClock())
-    assert autoscaler.max_load_desired == 0.97  # EDL's default
-    tighter = autoscaler.with_max_load_desired(0.25)
-    assert tighter.max_load_desired == 0.25 and autoscaler.max_load_desired == 0.97
-    assert tighter.inquiry_resource() == reader.inquire()
-    with pytest.raises(ValueError):
-        autoscaler.with_max_load_desired(1.5)
-
-    create_workload(kube, "Deployment", "looped", replicas=1)
-    create_elastic_job(kube, "looped", min_replicas=1, max_replicas=2)
-    wait_for(lambda: len(reader.elastic_jobs()) == 1, what="looped cached")
-    stop = threading.Event()
-    rounds: list[int] = []
-    loop = threading.Thread(target=lambda: rounds.append(tighter.run(stop, 0.05)))
-    loop.start()
-    try:
-        wait_for(lambda: target_replicas(kube, "Deployment", "looped") == 2, what="loop scaled")
-    finally:
-        stop.set()
-        loop.join(WAIT)
-    assert not loop.is_alive() and rounds and rounds[0] >= 1
 
 
 def _elastic_job_in(kube: KubeClient, namespace: str, name: str) -> None:

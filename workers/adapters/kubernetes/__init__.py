@@ -23,7 +23,6 @@ from kubernetes import client as k8s_client
 
 from scheduler_core.models import DEFAULT_GPU_RESOURCE
 from scheduler_core.ports import Clock
-from workers.adapters.kubernetes.autoscaler import Autoscaler, RoundResult
 from workers.adapters.kubernetes.cache import (
     NON_TERMINATED_PODS,
     Backoff,
@@ -58,13 +57,11 @@ from workers.settings import Settings
 
 __all__ = [
     "ELASTICJOB_CRD",
-    "Autoscaler",
     "CacheNotSyncedError",
     "DirectClusterReader",
     "KubeAdapter",
     "KubeClusterReader",
     "KubeReplicaScaler",
-    "RoundResult",
     "build_cache",
     "install_crd",
 ]
@@ -209,18 +206,6 @@ class KubeAdapter:
         # stay behind; a write without them keeps the server's own.
         meta = {k: v for k, v in (cached.get("metadata") or {}).items() if k != "managedFields"}
         return {**cached, "metadata": meta}
-
-    def autoscaler(self, *, max_load_desired: float | None = None) -> Autoscaler:
-        reader = self.cluster_reader()
-        return Autoscaler(
-            reader,
-            self.replica_scaler(),
-            max_load_desired=(
-                self._settings.max_load_desired if max_load_desired is None else max_load_desired
-            ),
-            clock=self._wall_clock,
-            observed=self.observed_elastic_job,
-        )
 
     def close(self) -> None:
         with self._lock:
