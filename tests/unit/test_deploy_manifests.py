@@ -294,7 +294,7 @@ def test_workers_set_their_concurrency_explicitly(role: str) -> None:
 def test_the_planner_is_one_active_and_one_standby() -> None:
     planner = find("Deployment", "trainscaler-planner")
     assert planner["spec"]["replicas"] == 2
-    assert container(planner)["command"] == ["trainscaler", "planner"]
+    assert container(planner)["command"][:2] == ["trainscaler", "planner"]
     assert planner["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
     # The new pod is up (as the standby) before an old one goes.
     assert planner["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
@@ -303,6 +303,12 @@ def test_the_planner_is_one_active_and_one_standby() -> None:
     lease_namespace = env["TRAINSCALER_PLANNER_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]
     assert lease_namespace == {"fieldPath": "metadata.namespace"}
     assert find("Role", "trainscaler-planner-lease")["metadata"]["namespace"] == "trainscaler"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_sends_task_events_for_flower(role: str) -> None:
+    # Flower's task view and its /metrics (Celery task metrics) exist only with events.
+    assert "--task-events" in container(find("Deployment", f"trainscaler-{role}"))["command"]
 
 
 @pytest.mark.parametrize("role", ROLES)
