@@ -8,7 +8,7 @@ to these shapes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 

@@ -69,10 +69,3 @@ API_PERMISSIONS: frozenset[Permission] = frozenset(
     for p in REQUIRED_PERMISSIONS
     if p.verb in {"get", "list", "watch"} and "/" not in p.resource  # no subresources
 )
-
-# lease.py: the planner's leader election, on its one Lease in its own namespace
-# (a Role: deploy/rbac.yaml ``trainscaler-planner-lease``; get and update limited
-# to that name, create cannot be).
-LEASE_PERMISSIONS: frozenset[Permission] = frozenset(
-    _grant("coordination.k8s.io", ("leases",), ("create", "get", "update"))
-)
