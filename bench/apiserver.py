@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 NAMESPACE = "bench"
 

@@ -3,7 +3,7 @@
 Runs ``static``, ``edl``, ``throughput``, ``tiresias`` and ``goodput`` through
 the trace-driven simulator (16 nodes x 4 GPUs, 60 s interval, 30 s restarts,
 Kubernetes-style placement, seed 0: reproducible) on workloads 1-4 and on
-every family of ``sim.trace.variants`` (generated at run time from 1-4), and
+every family of ``trainscaler_sim.trace.variants`` (generated at run time from 1-4), and
 checks issue 18's acceptance, side by side in one run:
 
 * workloads 1-4: goodput's geomean avg JCT <= 0.77 x tiresias's, no workload
@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_core.policies.goodput import GoodputParams
-from sim.trace.engine import SimConfig, simulate
-from sim.trace.results import percentile
-from sim.trace.runner import COMPARED_POLICIES, default_data_dir, geometric_mean
-from sim.trace.traces import load_traces
-from sim.trace.variants import FAMILIES, variant_family
-from sim.trace.workload import WorkloadJob, load_workload
+from trainscaler_sim.trace.engine import SimConfig, simulate
+from trainscaler_sim.trace.results import percentile
+from trainscaler_sim.trace.runner import COMPARED_POLICIES, default_data_dir, geometric_mean
+from trainscaler_sim.trace.traces import load_traces
+from trainscaler_sim.trace.variants import FAMILIES, variant_family
+from trainscaler_sim.trace.workload import WorkloadJob, load_workload
 
 WORKLOADS = ("1", "2", "3", "4")
 BASE = "workloads 1-4"

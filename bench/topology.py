@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python -m bench.topology`` (``--quick`` for a small smoke run).
 
-A loopback API server (``sim.apiserver``, no controllers, no scheduler) is
+A loopback API server (``trainscaler_sim.apiserver``, no controllers, no scheduler) is
 filled in-process with N nodes (4 GPUs each), 10 running pods per node, their
 Deployments and ElasticJobs, spread over 10 namespaces. Then, measured side
 by side in one run:
@@ -260,7 +260,7 @@ def run_workers(
 
 @contextmanager
 def _filled(nodes: int, jobs: int, tmp: Path) -> Iterator[tuple[Any, Path]]:
-    from sim.apiserver import LoopbackApiServer
+    from trainscaler_sim.apiserver import LoopbackApiServer
 
     server = LoopbackApiServer(port=0, controllers=False, scheduler=False, history_limit=1000)
     server.start()

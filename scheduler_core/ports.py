@@ -1,7 +1,7 @@
 """The small Protocols that separate the pure core from the outside world.
 
 Adapters in ``workers.adapters`` (Kubernetes, Redis, Prometheus) and the
-simulated parts in ``sim`` implement these; the core and the tasks only talk
+simulated parts in ``trainscaler_sim`` implement these; the core and the tasks only talk
 to these shapes.
 """
 

@@ -3,7 +3,7 @@
 Owns the run directory (``~/.cache/trainscaler/real-k8s/run``): generated
 certificates and keys (openssl), kubeconfigs, an audit policy, etcd's data,
 one log and one pid file per process. The binaries come from ``build`` beside
-this file (pinned release, cached); the nodes from ``sim.nodeagent``.
+this file (pinned release, cached); the nodes from ``trainscaler_sim.nodeagent``.
 
 Processes, each on a free loopback port:
 
@@ -348,7 +348,7 @@ def start(*, nodes: int) -> None:
         [
             str(python if python.exists() else Path(sys.executable)),
             "-m",
-            "sim.nodeagent",
+            "trainscaler_sim.nodeagent",
             f"--kubeconfig={RUN / 'nodeagent.kubeconfig'}",
             f"--nodes={nodes}",
         ],

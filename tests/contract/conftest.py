@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client, config
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 T = TypeVar("T")
 NODE_COUNT = 4

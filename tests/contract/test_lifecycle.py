@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client, watch
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 from .conftest import ROOT_CA, api_status, deployment_manifest, pod_manifest
 

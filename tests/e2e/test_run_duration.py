@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.embedded.ports import port_in_use
 from tests.e2e.conftest import DATA_DIR
+from trainscaler_sim.embedded.ports import port_in_use
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
 

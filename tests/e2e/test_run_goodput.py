@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from sim.embedded.driver import DEFAULT_MIX
+from trainscaler_sim.embedded.driver import DEFAULT_MIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

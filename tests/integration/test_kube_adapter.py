@@ -23,7 +23,7 @@ from scheduler_core.ports import (
     ScaleRequest,
     TransientScaleError,
 )
-from sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import KubeAdapter, install_crd
 from workers.adapters.kubernetes.cache import Informer
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient

@@ -1,4 +1,4 @@
-"""sim.nodeagent against the loopback API server without its scheduler (issue 17):
+"""trainscaler_sim.nodeagent against the loopback API server without its scheduler (issue 17):
 nodes registered with their capacity and Ready, leases renewed, a bound pod
 marked Running and Ready, a pod on another node left alone. (The agent's final
 DELETE of a gracefully deleted pod runs on the real cluster only: the loopback
@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
-from sim.apiserver import LoopbackApiServer
-from sim.nodeagent import NodeAgent, NodeShape
+from trainscaler_sim.apiserver import LoopbackApiServer
+from trainscaler_sim.nodeagent import NodeAgent, NodeShape
 
 T = TypeVar("T")
 

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import redis
 
-from sim.apiserver import LoopbackApiServer
 from tests.integration.conftest import PREFIX, REPO, Procs, wait_for
+from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient
 from workers.adapters.kubernetes.lease import (

@@ -2,10 +2,10 @@
 
 One recorded report stream (``tests/data/replay-workload1-30jobs-40rounds.jsonl.gz``:
 the simulator running ``goodput`` on the first 30 jobs of workload 1, first
-40 rounds, ``kube`` placement; ``python -m sim.trace.replay record ...``) is
+40 rounds, ``kube`` placement; ``python -m trainscaler_sim.trace.replay record ...``) is
 played two ways:
 
-* through the simulator's policy loop (``sim.trace.replay.replay``);
+* through the simulator's policy loop (``trainscaler_sim.trace.replay.replay``);
 * through the real runtime: a real redis-server, a real Celery worker and a
   real beat with the Kubernetes adapters (``TRAINSCALER_SCALER=kubernetes``:
   the list-and-watch reader and the /scale scaler), the loopback API server
@@ -58,12 +58,12 @@ from celery import Celery
 
 from scheduler_core.models import ElasticJob, EpochReport
 from scheduler_core.policies.base import in_round_order
-from sim.apiserver import LoopbackApiServer
-from sim.apiserver.controllers.scoring import profiles_from_config
-from sim.trace.replay import RecordedRound, Recording, replay, targets_by_job
 from tests.e2e.kube_fixtures import DEPLOYMENTS, EJ_GROUP, EJ_PLURAL, EJ_VERSION, GPU, PODS
 from tests.integration.api_fixtures import ServedApi
 from tests.integration.conftest import BASE_ENV, PREFIX, REPO, Procs, settings_for, wait_for
+from trainscaler_sim.apiserver import LoopbackApiServer
+from trainscaler_sim.apiserver.controllers.scoring import profiles_from_config
+from trainscaler_sim.trace.replay import RecordedRound, Recording, replay, targets_by_job
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.state_store import StateStore
 from workers.api.app import create_app
@@ -74,7 +74,7 @@ pytestmark = pytest.mark.timeout(300)
 
 RECORDING = REPO / "tests" / "data" / "replay-workload1-30jobs-40rounds.jsonl.gz"
 SCHEDULER_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
-NAMESPACE = "sim"  # sim.trace.engine.NAMESPACE: job keys are sim/<name>
+NAMESPACE = "sim"  # trainscaler_sim.trace.engine.NAMESPACE: job keys are sim/<name>
 JOB_LABEL = "trainscaler.io/job"
 SETTLE_S = 60.0
 
@@ -145,7 +145,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     )
     server.start()
     try:
-        # The simulator's cluster (sim.trace.engine.SimConfig): 16 nodes of 4
+        # The simulator's cluster (trainscaler_sim.trace.engine.SimConfig): 16 nodes of 4
         # GPUs, 32 cores and 256 GB, named as it names them.
         for index in range(16):
             server.add_node(f"node-{index:02d}", cpu="32", memory="256G", gpus=4)

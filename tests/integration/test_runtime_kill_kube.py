@@ -27,10 +27,10 @@ from kubernetes import client as k8s_client
 from kubernetes import watch as k8s_watch
 
 from scheduler_core.models import EpochReport
-from sim.apiserver import LoopbackApiServer
 from tests.integration.conftest import PREFIX, Procs, wait_for
 from tests.integration.replay import replay_throughput
 from tests.integration.test_kube_adapter import NS, create_workload
+from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS

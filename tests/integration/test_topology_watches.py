@@ -3,7 +3,7 @@
 The same run twice, side by side, on fresh servers: one ``trainscaler planner``
 (the only process with informers), beat, and 1 or 3 scale-worker processes
 (``-Q cluster-writes``); EDL grows every ElasticJob to its maximum. The
-server's traffic counters (``sim/apiserver/traffic.py``) count WATCH and LIST
+server's traffic counters (``trainscaler_sim/apiserver/traffic.py``) count WATCH and LIST
 requests: they must be the same in both runs, and exactly the planner's
 informers. The scale writes go through ``/scale`` with the planner's copy of
 the ElasticJob, so scale workers read no ElasticJob and list nothing.
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from sim.apiserver import LoopbackApiServer
 from tests.integration.conftest import BASE_ENV, Procs, wait_for
 from tests.integration.test_kube_adapter import NS, create_elastic_job, create_workload
 from tests.integration.test_planner_election import PLANNER_ENV, Planner
+from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.apiserver.schema_validation import prune, unknown_fields
-from sim.apiserver.tables import jsonpath
-from sim.apiserver.timefmt import human_duration
+from trainscaler_sim.apiserver.schema_validation import prune, unknown_fields
+from trainscaler_sim.apiserver.tables import jsonpath
+from trainscaler_sim.apiserver.timefmt import human_duration
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 

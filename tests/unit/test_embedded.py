@@ -21,14 +21,14 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from sim.embedded.childenv import child_env, settings_env
-from sim.embedded.children import ChildLayout, infrastructure
-from sim.embedded.children import runtime as runtime_children
-from sim.embedded.curves import SYNTHETIC, SyntheticCurve, TraceCurve, curve_for
-from sim.embedded.driver import JobView, train_task
-from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
-from sim.embedded.ports import choose_port, free_port, port_in_use, port_is_free
-from sim.embedded.supervisor import (
+from trainscaler_sim.embedded.childenv import child_env, settings_env
+from trainscaler_sim.embedded.children import ChildLayout, infrastructure
+from trainscaler_sim.embedded.children import runtime as runtime_children
+from trainscaler_sim.embedded.curves import SYNTHETIC, SyntheticCurve, TraceCurve, curve_for
+from trainscaler_sim.embedded.driver import JobView, train_task
+from trainscaler_sim.embedded.parameter_server import ParallelismBoard, ParameterServer
+from trainscaler_sim.embedded.ports import choose_port, free_port, port_in_use, port_is_free
+from trainscaler_sim.embedded.supervisor import (
     ChildFailedError,
     ChildSpec,
     StartCancelledError,
@@ -36,7 +36,7 @@ from sim.embedded.supervisor import (
     group_alive,
     log_ready,
 )
-from sim.embedded.table import (
+from trainscaler_sim.embedded.table import (
     ClusterStatus,
     GpuUse,
     JobsLayout,
@@ -46,7 +46,7 @@ from sim.embedded.table import (
     render_table,
     split_reason,
 )
-from sim.trace.traces import ApplicationTrace
+from trainscaler_sim.trace.traces import ApplicationTrace
 from workers.commands.jobs_view import JOB_COLUMNS, job_row
 from workers.settings import Settings
 
@@ -141,7 +141,7 @@ def test_a_child_ignoring_sigterm_is_killed_after_its_stop_timeout(tmp_path: Pat
 ORPHANING_PARENT = (
     "import sys, time\n"
     "from pathlib import Path\n"
-    "from sim.embedded.supervisor import ChildSpec, Supervisor\n"
+    "from trainscaler_sim.embedded.supervisor import ChildSpec, Supervisor\n"
     "supervisor = Supervisor(log_dir=Path(sys.argv[1]))\n"
     "child = supervisor.start(ChildSpec('sleeper', [sys.executable, '-c', "
     "'import time; time.sleep(120)'], {}), wait=False)\n"

@@ -23,10 +23,10 @@ from scheduler_core.models import (
 from scheduler_core.policies.base import PolicyInput
 from scheduler_core.policies.goodput import GoodputParams, GoodputState
 from scheduler_core.registry import decide, load_state
-from sim.trace.engine import SimConfig, simulate
-from sim.trace.traces import load_traces
-from sim.trace.workload import WorkloadJob
 from tests.unit.sim_fixtures import write_data
+from trainscaler_sim.trace.engine import SimConfig, simulate
+from trainscaler_sim.trace.traces import load_traces
+from trainscaler_sim.trace.workload import WorkloadJob
 
 
 def decision_of(plan: ScalingPlan, key: str) -> ScalingDecision:

@@ -155,7 +155,7 @@ def test_commands_needing_the_simulator_are_stubs_when_it_is_not_installed(
         monkeypatch.delitem(sys.modules, name)
     for name in ("workers.commands.run", "workers.commands.simulate"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setitem(sys.modules, "sim", None)  # import sim -> ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "sim", None)  # import trainscaler_sim -> ModuleNotFoundError
     app = typer.Typer()
     register_all(app)
     names = {c.name for c in app.registered_commands}

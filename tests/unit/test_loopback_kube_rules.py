@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.apiserver.controllers.pod_ranking import RankedPod, deletion_order
-from sim.apiserver.controllers.scoring import FitScoring, profiles_from_config
+from trainscaler_sim.apiserver.controllers.pod_ranking import RankedPod, deletion_order
+from trainscaler_sim.apiserver.controllers.scoring import FitScoring, profiles_from_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
 NODE = {"cpu": Fraction(32), "memory": Fraction(256 * 10**9), "nvidia.com/gpu": Fraction(4)}

@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim.trace.plots import gpus_by_application
-from sim.trace.results import JobResult, SimResult
 from tests.unit.sim_fixtures import write_data, write_workload
+from trainscaler_sim.trace.plots import gpus_by_application
+from trainscaler_sim.trace.results import JobResult, SimResult
 from workers.commands.simulate import register
 
 

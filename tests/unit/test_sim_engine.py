@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from scheduler_core.policies.base import PolicyInput, PolicyResult
-from sim.trace.engine import SimConfig, simulate
-from sim.trace.results import SimResult
-from sim.trace.traces import ApplicationTrace, load_traces
-from sim.trace.workload import WorkloadJob, load_workload
 from tests.unit.sim_fixtures import write_data, write_workload
+from trainscaler_sim.trace.engine import SimConfig, simulate
+from trainscaler_sim.trace.results import SimResult
+from trainscaler_sim.trace.traces import ApplicationTrace, load_traces
+from trainscaler_sim.trace.workload import WorkloadJob, load_workload
 
 
 @pytest.fixture

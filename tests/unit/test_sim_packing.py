@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sim.trace.packing import GpuNodes, grow, grow_most_allocated, shrink, shrink_replicaset
+from trainscaler_sim.trace.packing import (
+    GpuNodes,
+    grow,
+    grow_most_allocated,
+    shrink,
+    shrink_replicaset,
+)
 
 
 def nodes_with(free: list[int], per_node: int = 4) -> GpuNodes:

@@ -1,4 +1,4 @@
-"""Recorded report streams (``sim.trace.replay``): file round trip, replay, freshness.
+"""Recorded report streams (``trainscaler_sim.trace.replay``): file round trip, replay, freshness.
 
 The committed recording the replay-equivalence test plays must be what the
 simulator records today (re-recorded from the Pollux data when it is there:
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace.replay import Recording, record, replay, targets_by_job
-from sim.trace.runner import default_data_dir
 from tests.unit.sim_fixtures import write_data, write_workload
+from trainscaler_sim.trace.replay import Recording, record, replay, targets_by_job
+from trainscaler_sim.trace.runner import default_data_dir
 
 RECORDING = (
     Path(__file__).resolve().parents[1] / "data" / "replay-workload1-30jobs-40rounds.jsonl.gz"
@@ -68,6 +68,6 @@ def test_the_committed_recording_is_what_the_simulator_records_now() -> None:
         pytest.skip(f"no Pollux data at {data}")
     fresh = record(data / "workloads" / "workload-1.csv", data_dir=data, jobs=30, rounds=40)
     assert fresh.rounds == Recording.read(RECORDING).rounds, (
-        "re-record: python -m sim.trace.replay record --workload 1 --jobs 30 --rounds 40 "
+        "re-record: python -m trainscaler_sim.trace.replay record --workload 1 --jobs 30 --rounds 40 "
         f"--out {RECORDING}"
     )

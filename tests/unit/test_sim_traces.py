@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace.traces import ApplicationTrace, load_traces, placement_key
 from tests.unit.sim_fixtures import write_data
+from trainscaler_sim.trace.traces import ApplicationTrace, load_traces, placement_key
 
 
 @pytest.fixture

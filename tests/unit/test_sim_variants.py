@@ -1,4 +1,4 @@
-"""Generated workload variants (``sim.trace.variants``), on the hand-made traces.
+"""Generated workload variants (``trainscaler_sim.trace.variants``), on the hand-made traces.
 
 ``toy`` at batch 64 on one replica: 200 iterations x 1 s = 200 s alone;
 ``short``: 100 x 0.25 s = 25 s. With a 100 s threshold, toy jobs are long.
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace.traces import ApplicationTrace, load_traces
-from sim.trace.variants import standalone_s, variant_family
-from sim.trace.workload import WorkloadJob
 from tests.unit.sim_fixtures import write_data
+from trainscaler_sim.trace.traces import ApplicationTrace, load_traces
+from trainscaler_sim.trace.variants import standalone_s, variant_family
+from trainscaler_sim.trace.workload import WorkloadJob
 
 
 def _base() -> dict[str, tuple[WorkloadJob, ...]]:

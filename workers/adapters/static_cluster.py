@@ -12,7 +12,7 @@ without Kubernetes. ``P static_cluster`` holds::
 (``P recording:replicas``) when it has one, so applied scales feed back into
 the next plan, as they would on a real cluster. Replicas are placed on nodes
 first-fit to work out each node's idle room. A description with a
-``snapshot`` (a recorded round, ``sim.trace.replay``) is returned exactly as
+``snapshot`` (a recorded round, ``trainscaler_sim.trace.replay``) is returned exactly as
 recorded: that snapshot and those jobs.
 """
 

@@ -5,7 +5,7 @@ name and key; policy, min, max, fulfillment, replicas current and desired;
 state (running, waiting with what for, finished); the last epoch; goodput's
 estimated remaining time, efficient size and rank in the newest plan; the last
 decision's reason. ``trainscaler run`` hands ``job_row`` to the live table
-(``sim.embedded.table``), which cannot import the runtime.
+(``trainscaler_sim.embedded.table``), which cannot import the runtime.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``trainscaler run``: the whole system on loopback, in one command.
 
-The one place that composes the simulated parts (``sim``) with the runtime
+The one place that composes the simulated parts (``trainscaler_sim``) with the runtime
 (``workers``). It starts, each as a supervised child in its own process
 group: an embedded ``redis-server`` (unless a Redis URL is configured), the
 loopback Kubernetes API server with simulated GPU nodes (unless ``--cluster
@@ -37,10 +37,10 @@ from kubernetes import client as k8s_client
 from rich.console import Console
 
 from scheduler_core.models import ScalingDecision
-from sim.embedded.api_client import TrainscalerApi
-from sim.embedded.childenv import child_env
-from sim.embedded.children import ChildLayout, start_all
-from sim.embedded.console import (
+from trainscaler_sim.embedded.api_client import TrainscalerApi
+from trainscaler_sim.embedded.childenv import child_env
+from trainscaler_sim.embedded.children import ChildLayout, start_all
+from trainscaler_sim.embedded.console import (
     Stopper,
     Watch,
     closing_line,
@@ -49,14 +49,14 @@ from sim.embedded.console import (
     stop_on_signals,
     watch,
 )
-from sim.embedded.curves import EpochCurve, curve_for
-from sim.embedded.driver import DEFAULT_MIX, JobDriver
-from sim.embedded.kube import ClusterJobs, ElasticJobKind
-from sim.embedded.parameter_server import ParallelismBoard, ParameterServer
-from sim.embedded.ports import LOOPBACK, choose_port
-from sim.embedded.supervisor import ChildFailedError, StartCancelledError, Supervisor
-from sim.embedded.table import JobsLayout, StatusPoller
-from sim.trace.runner import default_data_dir
+from trainscaler_sim.embedded.curves import EpochCurve, curve_for
+from trainscaler_sim.embedded.driver import DEFAULT_MIX, JobDriver
+from trainscaler_sim.embedded.kube import ClusterJobs, ElasticJobKind
+from trainscaler_sim.embedded.parameter_server import ParallelismBoard, ParameterServer
+from trainscaler_sim.embedded.ports import LOOPBACK, choose_port
+from trainscaler_sim.embedded.supervisor import ChildFailedError, StartCancelledError, Supervisor
+from trainscaler_sim.embedded.table import JobsLayout, StatusPoller
+from trainscaler_sim.trace.runner import default_data_dir
 from workers.adapters.kubernetes.client import load_configuration
 from workers.adapters.kubernetes.crd import GROUP, KIND, PLURAL, VERSION, install_crd
 from workers.adapters.redis_server import (

@@ -1,6 +1,6 @@
 """``trainscaler simulate``: replay workloads on the simulated GPU cluster.
 
-Composes the trace-driven simulator (``sim.trace``) with the settings: runs
+Composes the trace-driven simulator (``trainscaler_sim.trace``) with the settings: runs
 each chosen policy on each chosen workload through the same policy registry
 the workers use, prints per policy and workload the average, p50 and p95 job
 completion time, makespan, average GPUs allocated and rescales per job, and
@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.trace.engine import SimConfig
-from sim.trace.results import Summary, write_jobs_csv
-from sim.trace.runner import (
+from trainscaler_sim.trace.engine import SimConfig
+from trainscaler_sim.trace.results import Summary, write_jobs_csv
+from trainscaler_sim.trace.runner import (
     default_data_dir,
     resolve_policies,
     resolve_workloads,
@@ -138,7 +138,7 @@ def simulate_command(
     _write_summary(summaries, out / "summary.csv")
     written = [out / "jobs.csv", out / "summary.csv"]
     if plots:
-        from sim.trace.plots import plot_gpus, plot_jct
+        from trainscaler_sim.trace.plots import plot_gpus, plot_jct
 
         written.append(plot_jct(matrix.results, out / "jct.png"))
         for result in matrix.results:

@@ -5,7 +5,7 @@ production worker would see (the elastic jobs, the cluster snapshot and the
 epoch reports that arrived since the last round), through exactly
 ``scheduler_core.registry.decide``, and applies the returned targets: each
 job's replica count becomes the target (replicas that do not fit stay pending,
-as Kubernetes pods do), placed by ``sim.trace.packing``. Between rounds jobs
+as Kubernetes pods do), placed by ``trainscaler_sim.trace.packing``. Between rounds jobs
 train at the speed the measured traces give for their placement; every change
 of a job's placement costs ``restart_s`` seconds without progress (checkpoint
 and restart; the first start costs the same). A job reports after each epoch:
@@ -41,7 +41,7 @@ from scheduler_core.policies.base import (
     in_round_order,
 )
 from scheduler_core.registry import decide, get_policy
-from sim.trace.packing import (
+from trainscaler_sim.trace.packing import (
     GpuNodes,
     grow,
     grow_most_allocated,
@@ -49,9 +49,9 @@ from sim.trace.packing import (
     shrink,
     shrink_replicaset,
 )
-from sim.trace.results import JobResult, SimResult
-from sim.trace.traces import ApplicationTrace
-from sim.trace.workload import WorkloadJob
+from trainscaler_sim.trace.results import JobResult, SimResult
+from trainscaler_sim.trace.traces import ApplicationTrace
+from trainscaler_sim.trace.workload import WorkloadJob
 
 NAMESPACE = "sim"
 # Simulation parameters the policies get unless the caller overrides them:
@@ -77,7 +77,7 @@ class SimConfig:
     # Give up (jobs left unfinished) after this much simulated time.
     horizon_s: float = 30 * 86_400.0
     # kube: as a cluster with deploy/kube-scheduler-config.yaml places pods;
-    # ideal: the simulator's own best packing (sim.trace.packing).
+    # ideal: the simulator's own best packing (trainscaler_sim.trace.packing).
     placement: Literal["kube", "ideal"] = "kube"
 
     def __post_init__(self) -> None:

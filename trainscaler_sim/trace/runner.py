@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_core.registry import policy_names
-from sim.trace.engine import SimConfig, simulate
-from sim.trace.results import SimResult, Summary
-from sim.trace.traces import load_traces
-from sim.trace.workload import load_workload, workload_paths
+from trainscaler_sim.trace.engine import SimConfig, simulate
+from trainscaler_sim.trace.results import SimResult, Summary
+from trainscaler_sim.trace.traces import load_traces
+from trainscaler_sim.trace.workload import load_workload, workload_paths
 
 # The policies the study compares, in the order tables show them.
 COMPARED_POLICIES = ("static", "edl", "throughput", "tiresias", "goodput")

@@ -162,7 +162,7 @@ def shrink_replicaset(
     is arbitrary (same bucket: random UIDs; same time: an unstable sort), the
     pod on the highest node index goes first, then the newest; the loopback
     API server's ReplicaSet controller decides the same way
-    (``sim/apiserver/controllers/pod_ranking.py``). ``started`` (node -> the
+    (``trainscaler_sim/apiserver/controllers/pod_ranking.py``). ``started`` (node -> the
     start times of the job's pods there) is updated in place; pods without a
     known start count as started at 0.
     """

@@ -18,8 +18,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from sim.trace.traces import ApplicationTrace
-from sim.trace.workload import WorkloadJob
+from trainscaler_sim.trace.traces import ApplicationTrace
+from trainscaler_sim.trace.workload import WorkloadJob
 
 # A job running at least this long alone (requested size, packed) is "long".
 LONG_JOB_S = 3 * 3600.0

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.embedded.ports import port_in_use
+from trainscaler_sim.embedded.ports import port_in_use
 
 ReadyCheck = Callable[[], bool]
 _POLL_SECONDS = 0.1

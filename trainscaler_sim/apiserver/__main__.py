@@ -1,4 +1,4 @@
-"""``python -m sim.apiserver``: run a loopback apiserver with N GPU nodes until interrupted."""
+"""``python -m trainscaler_sim.apiserver``: run a loopback apiserver with N GPU nodes until interrupted."""
 
 from __future__ import annotations
 

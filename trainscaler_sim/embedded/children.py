@@ -3,7 +3,7 @@
 Started in two waves through the ``Supervisor``: first Redis and the loopback
 Kubernetes API server (each only when the run embeds it), side by side; then
 the Celery worker, beat, the HTTP API and Flower, side by side. Only command
-lines live here (``celery -A workers ...``, ``python -m sim.apiserver``,
+lines live here (``celery -A workers ...``, ``python -m trainscaler_sim.apiserver``,
 ``trainscaler api``): nothing of the runtime is imported.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.embedded.ports import LOOPBACK
-from sim.embedded.supervisor import (
+from trainscaler_sim.embedded.ports import LOOPBACK
+from trainscaler_sim.embedded.supervisor import (
     Child,
     ChildSpec,
     Supervisor,
@@ -79,7 +79,7 @@ def infrastructure(layout: ChildLayout, env: Mapping[str, str]) -> list[ChildSpe
         )
     if layout.kube_port:
         argv = _python(
-            "-m", "sim.apiserver", "--port", str(layout.kube_port), "--nodes", str(layout.nodes),
+            "-m", "trainscaler_sim.apiserver", "--port", str(layout.kube_port), "--nodes", str(layout.nodes),
             "--gpus", str(layout.gpus), "--gpu-resource", layout.gpu_resource,
             "--kubeconfig", str(layout.kubeconfig),
         )  # fmt: skip

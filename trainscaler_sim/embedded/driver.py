@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sim.embedded.api_client import ApiCallError, TrainscalerApi
-from sim.embedded.curves import EpochCurve
-from sim.embedded.kube import ClusterJobs
-from sim.embedded.parameter_server import ParallelismBoard
+from trainscaler_sim.embedded.api_client import ApiCallError, TrainscalerApi
+from trainscaler_sim.embedded.curves import EpochCurve
+from trainscaler_sim.embedded.kube import ClusterJobs
+from trainscaler_sim.embedded.parameter_server import ParallelismBoard
 
 JobMode = Literal["elasticjob", "train"]
 _POLL_SECONDS = 0.5

@@ -9,7 +9,7 @@ Deployment/ReplicaSet/StatefulSet/Job controllers and a best-fit scheduler.
 Usage::
 
     from kubernetes import client
-    from sim.apiserver import LoopbackApiServer
+    from trainscaler_sim.apiserver import LoopbackApiServer
 
     with LoopbackApiServer(port=0) as server:      # controllers + scheduler on
         for index in range(4):
@@ -35,7 +35,7 @@ For kubectl: OpenAPI v2 (JSON) and v3 (``openapi``), Tables for ``as=Table``
 (``tables``, ``printers``), and CRD schema pruning, defaulting, validation and
 CEL rules on writes (``admission``, ``schema_validation``, ``cel_rules``).
 
-Command line: ``python -m sim.apiserver --port 0 --nodes 4 --gpus 4 --kubeconfig PATH``.
+Command line: ``python -m trainscaler_sim.apiserver --port 0 --nodes 4 --gpus 4 --kubeconfig PATH``.
 """
 
 from .server import LoopbackApiServer

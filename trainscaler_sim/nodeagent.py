@@ -8,7 +8,7 @@ controller keeps them Ready), marks the pods the scheduler binds to them
 Running and Ready, and finishes the graceful deletion of pods on them (a
 kubelet's final ``DELETE`` with grace period 0). It never runs a container.
 
-Run: ``python -m sim.nodeagent --kubeconfig FILE --nodes 4``.
+Run: ``python -m trainscaler_sim.nodeagent --kubeconfig FILE --nodes 4``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sim.embedded.api_client import find_int, find_str
+from trainscaler_sim.embedded.api_client import find_int, find_str
 
 _MAX_BODY = 1_048_576
 

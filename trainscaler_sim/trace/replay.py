@@ -14,8 +14,8 @@ then one line per round
 ``{"now": s, "jobs": [ElasticJob], "cluster": ClusterResource,
 "reports": [EpochReport], "targets": {job: replicas}}``.
 
-Run ``python -m sim.trace.replay record --workload 1 --jobs 30 --rounds 40 --out FILE``
-and ``python -m sim.trace.replay play FILE [--policy NAME]``.
+Run ``python -m trainscaler_sim.trace.replay record --workload 1 --jobs 30 --rounds 40 --out FILE``
+and ``python -m trainscaler_sim.trace.replay play FILE [--policy NAME]``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler_core.models import ClusterResource, ElasticJob, EpochReport
 from scheduler_core.policies.base import PolicyInput, PolicyResult, PolicyState, in_round_order
 from scheduler_core.registry import decide
-from sim.trace.engine import DEFAULT_POLICY_PARAMS, SimConfig, simulate
-from sim.trace.runner import default_data_dir, resolve_workloads
-from sim.trace.traces import load_traces
-from sim.trace.workload import load_workload
+from trainscaler_sim.trace.engine import DEFAULT_POLICY_PARAMS, SimConfig, simulate
+from trainscaler_sim.trace.runner import default_data_dir, resolve_workloads
+from trainscaler_sim.trace.traces import load_traces
+from trainscaler_sim.trace.workload import load_workload
 
 FORMAT = "trainscaler.replay/1"
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from sim.trace.results import SimResult
+from trainscaler_sim.trace.results import SimResult
 
 
 def _pyplot() -> Any:

@@ -5,7 +5,7 @@ and, on update, ``oldSelf`` to the stored value (a rule that mentions
 ``oldSelf`` is a transition rule and is skipped when there is no old value, as
 in kube). A false result is ``Invalid value: "<type>": <message>`` at the
 node's path (plus the rule's ``fieldPath``); an evaluation error reports the
-error instead. cel-python is the ``sim`` extra's dependency: the production
+error instead. cel-python is the ``trainscaler_sim`` extra's dependency: the production
 ``workers`` package never imports this.
 """
 
@@ -28,7 +28,7 @@ def _environment() -> celpy.Environment:
     """cel-python, imported on the first rule (it takes ~0.5 s to load)."""
     try:
         import celpy
-    except ImportError as error:  # an install without the sim/embedded extras
+    except ImportError as error:  # an install without the trainscaler_sim/embedded extras
         raise ApiError(
             500,
             "x-kubernetes-validations need cel-python: pip install 'trainscaler[sim]'",

@@ -20,8 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
-from sim.embedded.api_client import TrainscalerApi
-from sim.embedded.driver import JobDriver, JobView
+from trainscaler_sim.embedded.api_client import TrainscalerApi
+from trainscaler_sim.embedded.driver import JobDriver, JobView
 
 Summary = Mapping[str, Any]
 

@@ -1,7 +1,7 @@
 """Epoch time of a simulated training job as a function of its replica count.
 
 With the measured Pollux traces (``../shared/data/pollux``, read through
-``sim.trace.traces``), an epoch at ``n`` replicas takes the trace's iteration
+``trainscaler_sim.trace.traces``), an epoch at ``n`` replicas takes the trace's iteration
 time for ``n`` replicas packed onto nodes of ``gpus_per_node`` GPUs, times the
 iterations of the first epoch at the job's batch size. Without that folder,
 built-in synthetic curves stand in: Amdahl's law plus a per-replica
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sim.trace.traces import ApplicationTrace
+from trainscaler_sim.trace.traces import ApplicationTrace
 
 
 class EpochCurve(Protocol):

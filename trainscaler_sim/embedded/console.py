@@ -19,9 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from sim.embedded.driver import JobDriver
-from sim.embedded.supervisor import Supervisor
-from sim.embedded.table import JobsLayout, StatusPoller, change_lines, render_table
+from trainscaler_sim.embedded.driver import JobDriver
+from trainscaler_sim.embedded.supervisor import Supervisor
+from trainscaler_sim.embedded.table import JobsLayout, StatusPoller, change_lines, render_table
 
 Say = Callable[[str], None]
 _TICK_SECONDS = 0.5
