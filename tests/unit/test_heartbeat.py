@@ -137,7 +137,7 @@ def test_the_probe_path_registers_only_the_healthcheck(monkeypatch: pytest.Monke
             "import sys; from workers.cli import main\n"
             "try:\n    main(['healthcheck', '--max-age', '1', '--file', '/nonexistent'])\n"
             "except SystemExit as e:\n    code = e.code\n"
-            "print(code, 'fastapi' in sys.modules, 'sim' in sys.modules)",
+            "print(code, 'fastapi' in sys.modules, 'trainscaler_sim' in sys.modules)",
         ],
         capture_output=True,
         text=True,
@@ -151,11 +151,12 @@ def test_commands_needing_the_simulator_are_stubs_when_it_is_not_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The container image ships no simulator: ``run`` says so; every other command works."""
-    for name in [m for m in sys.modules if m == "sim" or m.startswith("sim.")]:
+    for name in [m for m in sys.modules if m.split(".")[0] == "trainscaler_sim"]:
         monkeypatch.delitem(sys.modules, name)
     for name in ("workers.commands.run", "workers.commands.simulate"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setitem(sys.modules, "sim", None)  # import trainscaler_sim -> ModuleNotFoundError
+    # None in sys.modules: importing the simulator raises ModuleNotFoundError.
+    monkeypatch.setitem(sys.modules, "trainscaler_sim", None)
     app = typer.Typer()
     register_all(app)
     names = {c.name for c in app.registered_commands}

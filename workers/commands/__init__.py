@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import typer
 
-SIMULATOR_PACKAGES = frozenset({"sim"})
+SIMULATOR_PACKAGES = frozenset({"trainscaler_sim"})
 
 
 def _simulator_missing(error: ModuleNotFoundError) -> bool:
