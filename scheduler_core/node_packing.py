@@ -86,26 +86,30 @@ class FreeGpus:
             count -= taken
         return total
 
-    def fill_nodes(self, size: int) -> int:
-        """How many nodes ``most_allocated(size)`` would use, without taking anything.
+    def fill(self, size: int) -> dict[str, int]:
+        """Where ``most_allocated(size)`` would put the pods, without taking anything.
 
         Each pod goes to the fullest node with a free GPU, and a node that took
         one is then the fullest, so nodes are filled one after another in
         (free, name) order.
         """
-        nodes = 0
+        placements: dict[str, int] = {}
         for level in self._levels:
             if level <= 0:
                 continue
-            if size <= 0:
-                break
-            count = len(self._names[level])
-            needed = -(-size // level)
-            if needed <= count:
-                return nodes + needed
-            nodes += count
-            size -= count * level
-        return nodes
+            for name in self._names[level]:
+                if size <= 0:
+                    return placements
+                placements[name] = min(level, size)
+                size -= level
+        return placements
+
+    def fill_nodes(self, size: int) -> int:
+        """How many nodes ``most_allocated(size)`` would use, without taking anything."""
+        return len(self.fill(size))
+
+    def copy(self) -> FreeGpus:
+        return FreeGpus(self._free)
 
 
 def packable(size: int, free: FreeGpus, gpus_per_node: int) -> int:
@@ -154,13 +158,9 @@ def most_allocated(size: int, free: FreeGpus) -> dict[str, int]:
     fullest node that still has a free GPU (ties: by name). This is the
     placement the policy predicts before choosing a size.
     """
-    placements: dict[str, int] = {}
-    for _ in range(size):
-        name = free.fullest_with(1)
-        if name is None:
-            break
-        free.take(name, 1)
-        placements[name] = placements.get(name, 0) + 1
+    placements = free.fill(size)
+    for name, count in placements.items():
+        free.take(name, count)
     return placements
 
 

@@ -359,7 +359,7 @@ def _held(plan: _Plan) -> dict[str, int]:
     return held
 
 
-def _nodes_at(plan: _Plan, size: int, free: dict[str, int]) -> int:
+def _nodes_at(plan: _Plan, size: int, free: FreeGpus) -> int:
     """Nodes the job would run on at ``size`` (0 when its placement is not known).
 
     A grow's pods land where MostAllocated puts them (``most_allocated`` on
@@ -371,14 +371,14 @@ def _nodes_at(plan: _Plan, size: int, free: dict[str, int]) -> int:
     if not held or have != plan.running + sum(plan.landed.values()):
         return 0
     if size > have:
-        return len(set(held) | set(most_allocated(size - have, FreeGpus(free))))
+        return len(set(held) | set(free.fill(size - have)))
     if size < have:
         return len(replicaset_shrink(held, have - size))
     return len(held)
 
 
 def _shape_s(
-    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+    plan: _Plan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> float:
     """Rule goodput.shape for a running job: remaining time at ``size`` on the nodes it
     would land on (packed curve x the spread slowdown, rule goodput.spread)."""
@@ -392,7 +392,7 @@ def _shape_s(
 
 
 def _worth(
-    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+    plan: _Plan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> bool:
     """Hold rule: resizing a running job must save more than a restart, with margin,
     counting where the added pods land (a grow that spreads the job can be slower)."""
@@ -404,11 +404,11 @@ def _worth(
     return saving > max(params.hold_factor * params.restart_s, params.hold_fraction * before)
 
 
-def _land(plan: _Plan, add: int, free: dict[str, int]) -> None:
+def _land(plan: _Plan, add: int, free: FreeGpus) -> None:
     """Take a grow's predicted pods out of ``free`` (later predictions see them gone)."""
     if add <= 0 or not plan.job.placement:
         return
-    for node, count in most_allocated(add, FreeGpus(free)).items():
+    for node, count in most_allocated(add, free).items():
         plan.landed[node] = plan.landed.get(node, 0) + count
 
 
@@ -433,9 +433,9 @@ def _allocate(
         return (rank_s, plan.book.arrival, plan.job.key)
 
     order = sorted((p for p in plans if not p.job.paused), key=key)
-    free = dict(node_free)
+    free = FreeGpus(node_free)
     # Free GPUs that no job holds now: the only room an unknown job may take.
-    unclaimed = sum(free.values())
+    unclaimed = free.total()
     # Rule goodput.soon: GPUs of jobs predicted to finish within the horizon come
     # free without taking anything from anyone. Taking them from a running job
     # costs it two restarts (now and when it gets them back), each priced as
@@ -481,15 +481,15 @@ def _allocate(
             size = plan.running
         if plan.running == 0 and 0 < size <= unclaimed and plan.known:
             size = _start_shape(plan, size, free, gpus_per_node, params)
-            plan.placements = most_allocated(size, FreeGpus(free))
+            plan.placements = free.fill(size)
         elif plan.running == 0 and 0 < size <= unclaimed:
             # A start into free GPUs: on as few nodes as the job's size needs,
             # smaller if the free GPUs are too scattered for that.
-            fits = packable(size, FreeGpus(free), gpus_per_node)
+            fits = packable(size, free, gpus_per_node)
             if 2 * fits >= size:
                 # Half the size on one node beats all of it scattered.
                 size = fits
-                plan.placements = take_packed(size, FreeGpus(free))
+                plan.placements = take_packed(size, free.copy())
         floor = math.ceil(params.start_fraction * plan.efficient)
         if (
             plan.running == 0
@@ -524,7 +524,7 @@ def _allocate(
             size, plan.placements = 0, {}
         plan.alloc = size
         for node, count in plan.placements.items():
-            free[node] -= count  # the start's pods, where they were predicted
+            free.take(node, count)  # the start's pods, where they were predicted
         if plan.running and size > plan.running:
             _land(plan, size - plan.running, free)
         budget -= size
@@ -558,7 +558,7 @@ def _protect_s(
 
 
 def _start_shape(
-    plan: _Plan, size: int, free: dict[str, int], gpus_per_node: int, params: GoodputParams
+    plan: _Plan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> int:
     """Rule goodput.shape: the start size whose predicted placement finishes first.
 
@@ -569,7 +569,7 @@ def _start_shape(
     """
     best_size, best_s = size, math.inf
     for candidate in range(max(plan.job.min_replicas, 1), size + 1):
-        nodes = len(most_allocated(candidate, FreeGpus(free)))
+        nodes = free.fill_nodes(candidate)
         factor = spread_factor(
             plan.spread, candidate, nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
         )
@@ -583,7 +583,7 @@ def _start_shape(
 def _share_leftovers(
     order: list[_Plan],
     left: int,
-    free: dict[str, int],
+    free: FreeGpus,
     gpus_per_node: int,
     params: GoodputParams,
 ) -> None:

@@ -204,3 +204,49 @@ def test_clean_spread_epochs_teach_the_curve_or_the_slowdown(
     new = decide("goodput", request, state=state, params=PARAMS).state
     assert [p.replicas for p in new.apps["app"].points] == counts
     assert new.apps["app"].spread == spread
+
+
+def test_a_grow_sees_the_pods_an_earlier_grow_of_the_round_landed() -> None:
+    # a (ranked first: 500 units left, no spread measured) and b (900 left, 8 on 4
+    # nodes measured 2x slower) run 4 each on their own node; free: node-01 4,
+    # node-03 1, node-04 1, node-05 2. MostAllocated lands a's 4 more on the fullest
+    # nodes, node-03/04/05: 275 s x the spread prior < 500 s, a grows. Those GPUs are
+    # then taken, so b's 4 more land on node-01: 8 on 2 nodes, packed, 495 s against
+    # 900 s: b grows. Predicted on the round's starting room, b's pods would land on
+    # node-03/04/05 too: 8 on 4 nodes, 990 s > 900 s, and b would keep 4.
+    apps = {
+        "flat": GoodputApp(points=FOUR_EIGHT, total_units=1000.0, total_measured=True),
+        "app": GoodputApp(
+            points=FOUR_EIGHT,
+            total_units=1000.0,
+            total_measured=True,
+            spread=[SpreadPoint(replicas=8, nodes=4, factor=2.0)],
+        ),
+    }
+
+    def book(application: str, units_done: float) -> GoodputJob:
+        return GoodputJob(
+            application=application,
+            total_epochs=10,
+            units_done=units_done,
+            size=4,
+            measured=True,
+        )
+
+    state = GoodputState(
+        jobs={"default/a": book("flat", 500.0), "default/b": book("app", 100.0)},
+        apps=apps,
+        last_now=0.0,
+    )
+    request = PolicyInput(
+        jobs=(
+            _running("a", {"node-00": 4}, max_replicas=8),
+            _running("b", {"node-02": 4}, max_replicas=8),
+            job("p", current=8, paused=True, application=None),
+        ),
+        cluster=cluster([0, 4, 0, 1, 1, 2]),
+        now=60.0,
+    )
+    plan = decide("goodput", request, state=state, params=PARAMS).plan
+    assert decision_of(plan, "default/a").target == 8
+    assert decision_of(plan, "default/b").target == 8
