@@ -52,18 +52,30 @@ class Figures:
     rate: float
     p50_ms: float
     p99_ms: float
+    round_trips_throughput: float
+    round_trips_paced: float
 
     @property
     def ratio(self) -> float:
         return self.reports_per_s / self.ceiling_per_s if self.ceiling_per_s else 0.0
 
 
-def _wait(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+def _wait(predicate: Callable[[], bool], *, timeout: float, what: str) -> int:
+    """Poll ``predicate`` (one Redis command each) until true; returns the polls made."""
     deadline = time.monotonic() + timeout
+    polls = 1
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.01)
+        polls += 1
+    return polls
+
+
+def _reads(client: redis.Redis) -> int:
+    """Requests Redis has read from all its clients: one per round trip (a command,
+    a pipeline or a script call), as counted by the server itself."""
+    return int(client.info("stats")["total_reads_processed"])
 
 
 @contextmanager
@@ -136,20 +148,26 @@ def _applied(client: redis.Redis) -> list[dict[str, object]]:
     return [json.loads(x) for x in client.lrange(APPLIED, 0, -1)]
 
 
-def _throughput(app: Celery, client: redis.Redis, messages: int, tag: str) -> float:
+def _throughput(app: Celery, client: redis.Redis, messages: int, tag: str) -> tuple[float, float]:
+    """Reports per second end to end, and Redis round trips per report."""
     client.delete(APPLIED)
+    before = _reads(client)
     start = time.time()
     for n in range(messages):
         _report(app, f"bench/{tag}-{n}")
-    _wait(lambda: client.llen(APPLIED) >= messages, timeout=300, what="reports applied")
+    polls = _wait(lambda: client.llen(APPLIED) >= messages, timeout=300, what="reports applied")
+    # Less this benchmark's own polls and the INFO that read the count.
+    trips = _reads(client) - before - polls - 1
     last = max(float(str(e["at"])) for e in _applied(client))
-    return messages / (last - start)
+    return messages / (last - start), trips / messages
 
 
 def _latency(
     app: Celery, client: redis.Redis, *, rate: float, duration: float, tag: str
-) -> list[float]:
+) -> tuple[list[float], float]:
+    """Latencies (ms) from enqueue to scaler call at a fixed rate, and round trips per report."""
     client.delete(APPLIED)
+    before = _reads(client)
     total = int(rate * duration)
     sent: dict[str, float] = {}
     start = time.monotonic()
@@ -161,12 +179,14 @@ def _latency(
         job = f"bench/{tag}-{n}"
         sent[job] = time.time()
         _report(app, job)
-    _wait(lambda: client.llen(APPLIED) >= total, timeout=120, what="paced reports applied")
-    return [
+    polls = _wait(lambda: client.llen(APPLIED) >= total, timeout=120, what="paced reports applied")
+    trips = _reads(client) - before - polls - 1
+    latencies = [
         (float(str(e["at"])) - sent[str(e["job"])]) * 1000.0
         for e in _applied(client)
         if str(e["job"]) in sent
     ]
+    return latencies, trips / total
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -198,8 +218,10 @@ def run(
                 with _workers(count, env, Path(tmp)):
                     _warm_up(app, client, count)
                     ceiling = _ceiling(app, client, messages)
-                    reports = _throughput(app, client, messages, f"t{count}")
-                    latencies = _latency(app, client, rate=rate, duration=duration, tag=f"l{count}")
+                    reports, trips = _throughput(app, client, messages, f"t{count}")
+                    latencies, paced_trips = _latency(
+                        app, client, rate=rate, duration=duration, tag=f"l{count}"
+                    )
                 figures.append(
                     Figures(
                         workers=count,
@@ -208,6 +230,8 @@ def run(
                         rate=rate,
                         p50_ms=statistics.median(latencies),
                         p99_ms=_percentile(latencies, 99),
+                        round_trips_throughput=trips,
+                        round_trips_paced=paced_trips,
                     )
                 )
         finally:
@@ -229,12 +253,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"{'workers':>7} {'no-op/s':>9} {'reports/s':>10} {'ratio':>6} "
-        f"{'rate/s':>7} {'p50 ms':>7} {'p99 ms':>7}"
+        f"{'rate/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'trips':>6} {'paced':>6}"
     )
     for f in results:
         print(
             f"{f.workers:>7} {f.ceiling_per_s:>9.0f} {f.reports_per_s:>10.0f} {f.ratio:>6.2f} "
-            f"{f.rate:>7.0f} {f.p50_ms:>7.1f} {f.p99_ms:>7.1f}"
+            f"{f.rate:>7.0f} {f.p50_ms:>7.1f} {f.p99_ms:>7.1f} "
+            f"{f.round_trips_throughput:>6.1f} {f.round_trips_paced:>6.1f}"
         )
     ok = all(f.ratio >= 0.5 and f.p99_ms <= 100.0 for f in results)
     print("targets (>= 0.5 x ceiling, p99 <= 100 ms):", "met" if ok else "NOT met")
