@@ -44,6 +44,12 @@ def _round_trips(rt: Runtime, action: Callable[[], object]) -> int:
     return reads() - before - 1
 
 
+def _popped(rt: Runtime, key: str) -> bytes:
+    raw = rt.redis.lpop(key)
+    assert isinstance(raw, bytes), raw
+    return raw
+
+
 def _pending(rt: Runtime, job: str) -> list[dict[str, object]]:
     return [e.data for e in rt.queue.pending_entries(TRAIN, job)]
 
@@ -77,7 +83,7 @@ def test_epochs_are_numbered_and_kept_as_the_runtime_always_did(rt: Runtime) -> 
     assert [r.epoch for r in rt.store.metrics(job)] == [8, 7, 1]
     # The history holds exactly the numbered report's JSON, so an equal one is not kept twice.
     newest = rt.redis.lindex(rt.store.job_key(job, "metrics"), 0)
-    assert newest is not None and newest.decode() == after.model_dump_json()
+    assert newest == after.model_dump_json().encode()
     assert [r["epoch"] for r in _pending(rt, job)] == [None, 1, 7, 8]
     assert EpochReport.model_validate(_pending(rt, job)[-1]) == after
 
@@ -116,9 +122,7 @@ def test_the_decision_is_answered_on_each_senders_reply_key(rt: Runtime) -> None
     answers = []
     for key in keys:
         assert 0 < rt.redis.pttl(key) <= REPLY_TTL_S * 1000  # expires if nobody takes it
-        raw = rt.redis.lpop(key)
-        assert raw is not None
-        answers.append(DecisionReply.model_validate_json(raw))
+        answers.append(DecisionReply.model_validate_json(_popped(rt, key)))
     expected = DecisionReply(
         parallelism=newest.decision.target,
         generation=newest.generation,
@@ -134,9 +138,7 @@ def test_a_report_the_cluster_policy_owns_is_answered_without_a_decision(rt: Run
     key = new_reply_key(rt)
     accept_report(rt, EpochReport(job=job, replicas=2, epoch=0), reply_to=key)
     handlers.schedule_once(rt, send_scales=lambda _: None)
-    raw = rt.redis.lpop(key)
-    assert raw is not None
-    assert DecisionReply.model_validate_json(raw) == DecisionReply()
+    assert DecisionReply.model_validate_json(_popped(rt, key)) == DecisionReply()
     assert rt.store.inbox_length(rt.settings.cluster_policy) == 1  # handed to the planner
 
 
@@ -145,11 +147,9 @@ def test_finish_answers_its_reply_key(rt: Runtime) -> None:
     rt.store.save_job(JobRecord(job=job, job_id="f", policy=rt.settings.job_policy))
     key = new_reply_key(rt)
     handlers.finish_job(rt, job, reply_to=key)
-    raw = rt.redis.lpop(key)
-    assert raw is not None
     record = rt.store.get_job(job)
     assert record is not None
-    assert FinishReply.model_validate_json(raw).finished_at == record.finished_at
+    assert FinishReply.model_validate_json(_popped(rt, key)).finished_at == record.finished_at
 
 
 def test_answers_go_to_reply_keys_only(rt: Runtime) -> None:
