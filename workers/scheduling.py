@@ -92,7 +92,6 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         )
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
-        asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
         deliveries += len(chunk)
         rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
         commands: list[ScaleCommand] = []
@@ -127,11 +126,6 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
             scales += len(commands)
         if done:
             rt.queue.ack_deliveries(done, answers=answers, answer_ttl=REPLY_TTL_S)
-        if len(chunk) < asked:
-            # The queue held no more (or only jobs in flight elsewhere) when popped; a
-            # report pushed since then claimed the trigger again (cleared before the
-            # first pop), so it has its own schedule task coming: no second pop.
-            return ScheduleSummary(deliveries, decisions, scales, waiting)
     return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
 
 
