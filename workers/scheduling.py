@@ -92,6 +92,7 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         )
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
+        asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
         deliveries += len(chunk)
         rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
         commands: list[ScaleCommand] = []
@@ -124,8 +125,16 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         if commands:
             send_scales(commands)
             scales += len(commands)
+        requeued = False
         if done:
-            rt.queue.ack_deliveries(done, answers=answers, answer_ttl=REPLY_TTL_S)
+            _, requeued = rt.queue.ack_and_look(done, answers=answers, answer_ttl=REPLY_TTL_S)
+        if len(chunk) < asked and not requeued:
+            # Nothing else was poppable. A report pushed since this run began claimed
+            # the trigger (cleared before the first pop): it has a run of its own, and
+            # the scale commands just sent are not held up behind this one. A newer
+            # item of a job this run held (skipped by other pops) is this run's: it
+            # pops again.
+            return ScheduleSummary(deliveries, decisions, scales, waiting)
     return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
 
 

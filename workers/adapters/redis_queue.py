@@ -486,14 +486,29 @@ class RedisSchedulerQueue:
         sender waits on the key) to expire after ``answer_ttl`` seconds, so an
         answer nobody waits for any more goes away by itself.
         """
+        return self.ack_and_look(deliveries, answers=answers, answer_ttl=answer_ttl)[0]
+
+    def ack_and_look(
+        self,
+        deliveries: list[Delivery],
+        *,
+        answers: Mapping[str, str] | None = None,
+        answer_ttl: float = 60.0,
+    ) -> tuple[list[bool], bool]:
+        """``ack_deliveries``, and whether any of those jobs has a newer item queued
+        (one a pop skipped while the job was in flight), in the same round trip."""
+        answers = answers or {}
         pipe = self._redis.pipeline(transaction=False)
-        for key, answer in (answers or {}).items():
+        for key, answer in answers.items():
             pipe.rpush(key, answer)
             pipe.pexpire(key, wake_ttl_ms(answer_ttl))
         for d in deliveries:
             self._ack(keys=self.keys, args=[d.queue, d.item_id, d.token], client=pipe)
-        replies = pipe.execute()
-        return [bool(x) for x in replies[2 * len(answers or {}) :]]
+        for d in deliveries:  # the item's pending entries: a lex range (see the key layout)
+            pipe.zlexcount(f"{self._key(d.queue)}:pending", *_item_range(d.item_id))
+        replies = pipe.execute()[2 * len(answers) :]
+        acked = [bool(x) for x in replies[: len(deliveries)]]
+        return acked, any(int(x) for x in replies[len(deliveries) :])
 
     def nack_delivery(self, delivery: Delivery) -> bool:
         """Put a delivery back at the front of its queue now (e.g. no capacity yet)."""
@@ -530,9 +545,7 @@ class RedisSchedulerQueue:
         """Entries queued (not in flight) for one item, oldest first."""
         _check_queue(queue)
         _check_item(item_id)
-        raw = self._redis.zrangebylex(
-            f"{self._key(queue)}:pending", f"[{item_id}\x00", f"({item_id}\x01"
-        )
+        raw = self._redis.zrangebylex(f"{self._key(queue)}:pending", *_item_range(item_id))
         # Each member is item, NUL, 20 digits of seq, then the entry (see the key layout).
         return [_entry(_text(member)[len(item_id) + 21 :]) for member in raw]
 
@@ -565,6 +578,11 @@ def _entry(raw: str | bytes) -> QueueEntry:
         data=value["data"],
         reply_to=reply if isinstance(reply, str) else None,
     )
+
+
+def _item_range(item_id: str) -> tuple[str, str]:
+    """One item's members of a pending/inflight ZSET, as a lex range."""
+    return f"[{item_id}\x00", f"({item_id}\x01"
 
 
 def wake_ttl_ms(seconds: float) -> int:
