@@ -110,7 +110,7 @@ local function number_epoch(key, given)
 end
 
 -- Into the job's bounded history. A report equal to the newest entry is not
--- added twice (pushed reports are also sampled by fetch_metrics).
+-- added twice (a redelivered report_epoch).
 local function keep_metric(key, report, keep)
   if redis.call('LINDEX', key, 0) == report then return 0 end
   redis.call('LPUSH', key, report)
