@@ -30,7 +30,7 @@ from workers.adapters.job_retention import JobRetention
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
-from workers.adapters.redis_sentinel import sentinel_client
+from workers.adapters.redis_sentinel import async_sentinel_client, sentinel_client
 from workers.adapters.report_intake import ReportIntake
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
@@ -92,6 +92,8 @@ def build_redis(settings: Settings) -> redis.Redis:
 def build_async_redis(settings: Settings) -> redis.asyncio.Redis:
     """An asyncio client for the API's waits on reply keys (``BLPOP``, bounded by the
     route's own timeout, so no socket timeout cuts a wait short)."""
+    if settings.redis_sentinels:  # the primary the sentinels name, as ``build_redis``
+        return async_sentinel_client(settings, socket_timeout=None, socket_connect_timeout=5.0)
     options = redis_ssl_options(settings) or {}
     return redis.asyncio.Redis.from_url(
         settings.redis_url, socket_timeout=None, socket_connect_timeout=5.0, **options
