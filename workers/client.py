@@ -33,6 +33,7 @@ from workers.settings import Settings
 SUBMIT = "trainscaler.submit"
 REPORT_EPOCH = "trainscaler.report_epoch"
 FINISH = "trainscaler.finish"
+SCHEDULE = "trainscaler.schedule"
 
 # Short: a producer whose broker is down should fail fast, not hang a request.
 SEND_RETRY_POLICY: Mapping[str, float] = {
@@ -175,8 +176,16 @@ class CeleryClient:
             return ConfirmedReport(outcome=outcome, resends=attempt)
         raise ReportNotConfirmed(f"no answer for {report.job} after {attempts} attempts")
 
-    def finish(self, job: str) -> str:
-        return self.send(FINISH, job)
+    def finish(self, job: str, *, reply_to: str | None = None) -> str:
+        """Queue a finish; ``reply_to`` (a reply key) gets the answer once it is done."""
+        if reply_to is None:
+            return self.send(FINISH, job)
+        return self.send(FINISH, job, reply_to)
+
+    def schedule(self) -> str:
+        """Wake the scheduler: the API's trigger after a push that claimed it
+        (``workers.intake``)."""
+        return self.send(SCHEDULE)
 
     def close(self) -> None:
         self.app.close()

@@ -2,22 +2,30 @@
 
 Each handler loads state, calls the pure core, applies, and records. The
 Celery tasks in ``workers.tasks`` only validate payloads, call these, and send
-follow-up tasks through the callbacks they pass in. ``schedule`` lives in
-``workers.scheduling``, ``scale`` and ``autoscale`` in ``workers.scaling``;
-their entry points are re-exported here.
+follow-up tasks through the callbacks they pass in. ``submit`` and
+``report_epoch`` live in ``workers.intake`` (the API calls the same),
+``schedule`` in ``workers.scheduling``, ``scale`` and ``autoscale`` in
+``workers.scaling``; their entry points are re-exported here.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import uuid
 from typing import Any
 
-from scheduler_core.models import EpochReport, TrainRequest, job_key
 from scheduler_core.registry import get_policy, load_state
-from workers.adapters.redis_queue import TRAIN, WAIT
 from workers.adapters.state_store import JobRecord
+from workers.intake import (
+    SCHEDULE_FLAG,
+    FinishReply,
+    OutOfScope,
+    accept_report,
+    accept_submission,
+    answer,
+    require_scope,
+    schedule_flag_ttl,
+)
 from workers.scaling import (
     SCALE_BATCH,
     SCALE_ERRORS,
@@ -32,88 +40,21 @@ from workers.scaling import (
     free_after,
 )
 from workers.scheduling import ScheduleSummary, schedule_once
-from workers.targets import check_target
 from workers.wiring import Runtime
-
-SCHEDULE_FLAG = "schedule:triggered"
-
-
-class OutOfScope(ValueError):
-    """An identity outside ``TRAINSCALER_NAMESPACES``; the text names the field."""
-
-
-def require_scope(rt: Runtime, namespace: str, *, field: str) -> None:
-    if not rt.settings.namespace_allowed(namespace):
-        raise OutOfScope(f"{field}: namespace {namespace!r} is outside TRAINSCALER_NAMESPACES")
 
 
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-# --- submit / report_epoch --------------------------------------------------------
-
-
-def accept_submission(rt: Runtime, payload: Any, *, submission_id: str) -> str:
-    """KubeML ``CreateTask``: validate, assign an id, record the job, queue it to wait.
-
-    Raises ``ValidationError`` for a malformed payload and
-    ``workers.targets.NoTargetError`` for a request that could never be scaled.
-
-    The id derives from the submission (task) id, so a redelivered submit
-    records the same job instead of a second one.
-    """
-    request = TrainRequest.model_validate(payload)
-    require_scope(rt, request.namespace, field="namespace")
-    job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"trainscaler:{submission_id}").hex[:12]
-    job = job_key(request.namespace, job_id)
-    # Refused here, with the reason, rather than dead-lettering every decision later.
-    check_target(request, job=job, scaler=rt.settings.scaler, reader=rt.cluster_reader)
-    now = rt.clock.now()
-    record = JobRecord(
-        job=job, job_id=job_id, policy=rt.settings.job_policy, request=request, created_at=now
-    )
-    rt.store.save_job(record)
-    rt.queue.push_entry(WAIT, job, {"job": job}, now=now)
-    return job
-
-
-def accept_report(rt: Runtime, payload: Any) -> tuple[EpochReport, bool]:
-    """KubeML ``UpdateTask``: validate and queue to train (``schedule`` keeps it as
-    the job's newest observation when it decides on it).
-
-    One round trip; also claims the schedule trigger. Returns the report and
-    whether the caller must send a ``schedule`` task (it claimed the trigger).
-    Raises ``QueueFullError``; the caller should then send ``schedule`` anyway
-    (the trigger may have been claimed, and a full queue wants draining).
-    """
-    report = EpochReport.model_validate(payload)
-    require_scope(rt, report.job.partition("/")[0], field="job")
-    # Numbered (when the sender gave no epoch) and kept in the job's history at once.
-    report = rt.store.numbered(report)
-    if report.epoch_time_s is not None:  # a first contact is no epoch
-        rt.store.append_metrics([report], keep=rt.settings.metrics_history)
-    _, _, woke = rt.queue.push_and_wake(
-        TRAIN,
-        report.job,
-        report.model_dump(mode="json"),
-        now=rt.clock.now(),
-        wake_key=rt.store.key(SCHEDULE_FLAG),
-        wake_ttl=schedule_flag_ttl(rt),
-    )
-    return report, woke
-
-
-def schedule_flag_ttl(rt: Runtime) -> float:
-    """How long a claimed trigger stands without its schedule task having started."""
-    return max(rt.settings.lease_seconds, 5.0)
-
-
 # --- finish / sweep -----------------------------------------------------------------------
 
 
-def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
-    """KubeML ``taskFinished``: forget the job's policy state and queue entries."""
+def finish_job(rt: Runtime, job: str, *, reply_to: str | None = None) -> dict[str, Any]:
+    """KubeML ``taskFinished``: forget the job's policy state and queue entries.
+
+    ``reply_to`` (a reply key its sender waits on) gets a ``FinishReply``.
+    """
     record = rt.store.get_job(job)
     policy = record.policy if record is not None else rt.settings.job_policy
     forget = getattr(get_policy(policy), "forget", None)
@@ -140,6 +81,8 @@ def finish_job(rt: Runtime, job: str) -> dict[str, Any]:
     finished_at = rt.clock.now()
     rt.store.save_job(record.model_copy(update={"finished_at": finished_at}))
     rt.retention.retire(job, at=finished_at)  # after the save: a SET clears a TTL
+    if reply_to is not None:
+        answer(rt, reply_to, FinishReply(finished_at=finished_at))
     return {"job": job, "queue_entries_removed": removed}
 
 
@@ -167,6 +110,7 @@ __all__ = [
     "SCALE_BATCH",
     "SCALE_ERRORS",
     "SCHEDULE_FLAG",
+    "OutOfScope",
     "ScaleCommand",
     "ScaleLockBusy",
     "ScaleResult",
@@ -181,6 +125,7 @@ __all__ = [
     "finish_job",
     "free_after",
     "owner_id",
+    "require_scope",
     "schedule_flag_ttl",
     "schedule_once",
     "sweep_leases",

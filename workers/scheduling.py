@@ -36,6 +36,7 @@ from workers.adapters.state_store import (
     ScheduleCursor,
     ScheduleWrite,
 )
+from workers.intake import REPLY_TTL_S, DecisionReply
 from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
 from workers.wiring import Runtime
 
@@ -56,6 +57,8 @@ class _Outcome:
     policy: str = ""
     # Reports handed to the cluster policy (in the same compare-and-set as the cursor).
     for_cluster: tuple[EpochReport, ...] = ()
+    # The job's target once this delivery is decided (its senders' answer; None: none yet).
+    target: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,9 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
     Items are popped and decided a chunk at a time (one read and one write
     round trip per chunk). Scale commands go out in one ``scale`` task per
     chunk, and the chunk's deliveries are acked only after it was sent: a
-    worker dying in between leaves them to expire and be redone.
+    worker dying in between leaves them to expire and be redone. The ack's
+    round trip also answers every sender waiting on a reply key
+    (``workers.intake.DecisionReply``).
     """
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
@@ -87,10 +92,12 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         )
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
+        asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
         deliveries += len(chunk)
         rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
         commands: list[ScaleCommand] = []
         done: list[Delivery] = []
+        answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
         for delivery, outcome in zip(chunk, _schedule_chunk(rt, chunk, requests), strict=True):
             if outcome.kind == "no_room":
@@ -113,13 +120,36 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
                 if unsent is not None:
                     commands.append(unsent)
             done.append(delivery)
+            answers.update(_answers(delivery, outcome))
         rt.metrics.record_decisions(decided)
         if commands:
             send_scales(commands)
             scales += len(commands)
+        requeued = False
         if done:
-            rt.queue.ack_deliveries(done)
+            _, requeued = rt.queue.ack_and_look(done, answers=answers, answer_ttl=REPLY_TTL_S)
+        if len(chunk) < asked and not requeued:
+            # Nothing else was poppable. A report pushed since this run began claimed
+            # the trigger (cleared before the first pop): it has a run of its own, and
+            # the scale commands just sent are not held up behind this one. A newer
+            # item of a job this run held (skipped by other pops) is this run's: it
+            # pops again.
+            return ScheduleSummary(deliveries, decisions, scales, waiting)
     return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
+
+
+def _answers(delivery: Delivery, outcome: _Outcome) -> dict[str, str]:
+    """The answer to each sender of ``delivery`` waiting on a reply key."""
+    keys = [e.reply_to for e in delivery.entries if e.reply_to is not None]
+    if not keys:
+        return {}
+    record = outcome.record
+    reply = DecisionReply(
+        parallelism=outcome.target,
+        generation=None if record is None else record.generation,
+        reason=None if record is None else record.decision.reason,
+    )
+    return dict.fromkeys(keys, reply.model_dump_json())
 
 
 @dataclass(frozen=True)
@@ -266,7 +296,7 @@ def _compute(
     job, policy, elastic = context.job, context.policy, context.elastic
     fresh = [e for e in context.delivery.entries if e.seq > cursor.last_seq]
     if not fresh:
-        return _Outcome(kind="nothing_new")
+        return _Outcome(kind="nothing_new", target=cursor.last_target)
     now = rt.clock.now()
     if context.report_only:
         return _keep_reports(rt, context, fresh, state_raw, cursor)
@@ -287,7 +317,11 @@ def _compute(
     if decision is None:
         cursor = cursor.model_copy(update={"last_seq": last_seq, "last_epoch": last_epoch})
         return _Outcome(
-            kind="no_decision", new_state=new_state, cursor=cursor, newest_report=newest
+            kind="no_decision",
+            new_state=new_state,
+            cursor=cursor,
+            newest_report=newest,
+            target=cursor.last_target,
         )
     previous = cursor.last_target if cursor.last_target is not None else decision.current
     outcome = _Outcome(
@@ -317,6 +351,7 @@ def _compute(
     outcome.cursor = ScheduleCursor(
         last_seq=last_seq, last_target=decision.target, last_epoch=last_epoch
     )
+    outcome.target = decision.target
     return outcome
 
 
@@ -341,6 +376,7 @@ def _keep_reports(
         newest_report=reports[-1] if reports else None,
         policy=context.policy,
         for_cluster=reports,
+        target=cursor.last_target,
     )
 
 

@@ -29,6 +29,7 @@ from workers import handlers
 from workers.adapters.redis_queue import QueueFullError
 from workers.celery_app import app
 from workers.deadletters import validation_message
+from workers.intake import is_reply_key
 from workers.observability.metrics import ScaleResult as ScaleResultLabel
 from workers.observability.metrics import scale_result
 from workers.settings import get_settings
@@ -163,7 +164,9 @@ def _send_scales(commands: list[handlers.ScaleCommand], *, countdown: float | No
 def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
-        job = handlers.accept_submission(rt, payload, submission_id=str(self.request.id))
+        job = handlers.accept_submission(
+            rt, payload, submission_id=str(self.request.id), trigger=schedule.apply_async
+        )
     except ValidationError as error:
         return _reject(rt, "trainscaler.submit", payload, validation_message(error))
     except handlers.OutOfScope as error:
@@ -172,24 +175,21 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
         return _reject(rt, "trainscaler.submit", payload, f"refused: {error}")
     except QueueFullError as error:
         return {"ok": False, "error": str(error)}
-    _trigger_schedule(rt)
     return {"ok": True, "job": job}
 
 
 @_task(name="trainscaler.report_epoch")
 def report_epoch(payload: Any = None) -> dict[str, Any]:
+    """For services that speak Celery: one hop into the API's own path (``workers.intake``)."""
     rt = runtime()
     try:
-        report, triggered = handlers.accept_report(rt, payload)
+        report = handlers.accept_report(rt, payload, trigger=schedule.apply_async)
     except ValidationError as error:
         return _reject(rt, "trainscaler.report_epoch", payload, validation_message(error))
     except handlers.OutOfScope as error:
         return _reject(rt, "trainscaler.report_epoch", payload, str(error))
     except QueueFullError as error:
-        schedule.apply_async()  # a full queue wants draining
         return {"ok": False, "error": str(error)}
-    if triggered:
-        schedule.apply_async()
     return {"ok": True, "job": report.job}
 
 
@@ -276,7 +276,8 @@ def autoscale(self: Task) -> dict[str, Any]:
 
 
 @_task(name="trainscaler.finish")
-def finish(job: Any = None) -> dict[str, Any]:
+def finish(job: Any = None, reply_to: Any = None) -> dict[str, Any]:
+    """``reply_to``: a reply key its sender waits on (the API's), answered once finished."""
     rt = runtime()
     try:
         key = FinishRequest.model_validate({"job": job}).job
@@ -285,7 +286,10 @@ def finish(job: Any = None) -> dict[str, Any]:
         return _reject(rt, "trainscaler.finish", job, validation_message(error))
     except handlers.OutOfScope as error:
         return _reject(rt, "trainscaler.finish", job, str(error))
-    return handlers.finish_job(rt, key)
+    if reply_to is not None and not (isinstance(reply_to, str) and is_reply_key(rt, reply_to)):
+        # Answers go to reply keys only, never to a key a sender names (a queue...).
+        return _reject(rt, "trainscaler.finish", [job, reply_to], "reply_to: not a reply key")
+    return handlers.finish_job(rt, key, reply_to=reply_to)
 
 
 @_task(name="trainscaler.sweep_leases")

@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import Any
 
 import redis
+import redis.asyncio
 from prometheus_client import CollectorRegistry
 
 from scheduler_core.ports import Clock, ClusterReader, ReplicaScaler
@@ -29,7 +30,8 @@ from workers.adapters.job_retention import JobRetention
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_queue import RedisSchedulerQueue
-from workers.adapters.redis_sentinel import sentinel_client
+from workers.adapters.redis_sentinel import async_sentinel_client, sentinel_client
+from workers.adapters.report_intake import ReportIntake
 from workers.adapters.state_store import StateStore
 from workers.adapters.static_cluster import StaticClusterReader
 from workers.deadletters import DeadLetters
@@ -84,6 +86,17 @@ def build_redis(settings: Settings) -> redis.Redis:
         return sentinel_client(settings, **options)
     return redis.Redis.from_url(
         settings.redis_url, **options, **(redis_ssl_options(settings) or {})
+    )
+
+
+def build_async_redis(settings: Settings) -> redis.asyncio.Redis:
+    """An asyncio client for the API's waits on reply keys (``BLPOP``, bounded by the
+    route's own timeout, so no socket timeout cuts a wait short)."""
+    if settings.redis_sentinels:  # the primary the sentinels name, as ``build_redis``
+        return async_sentinel_client(settings, socket_timeout=None, socket_connect_timeout=5.0)
+    options = redis_ssl_options(settings) or {}
+    return redis.asyncio.Redis.from_url(
+        settings.redis_url, socket_timeout=None, socket_connect_timeout=5.0, **options
     )
 
 
@@ -145,6 +158,11 @@ class Runtime:
     @cached_property
     def retention(self) -> JobRetention:
         return JobRetention(self.store, retention=self.settings.job_retention)
+
+    @cached_property
+    def report_intake(self) -> ReportIntake:
+        """A report's one Lua call into the queue (``workers.intake``)."""
+        return ReportIntake(self.redis, queue=self.queue, store=self.store)
 
     @cached_property
     def dead_letters(self) -> DeadLetters:

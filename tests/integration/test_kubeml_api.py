@@ -1,8 +1,9 @@
 """The KubeML listener's request/response pairs over real HTTP, against real Redis.
 
-No worker runs here: what a route queued stays in the Celery broker's lists,
-so "nothing recorded" is checked on the real broker (no message, no job
-record). Each expected answer is KubeML's scheduler's (``ml/pkg/scheduler/api.go``):
+No worker runs here: what a route queued stays where it was put (a report or
+a submission in the SchedulerQueue, with the one ``trainscaler.schedule`` that
+triggers its decision; a finish in the broker's list), so "nothing recorded"
+is checked on the real Redis (no message, no queue item, no job record). Each expected answer is KubeML's scheduler's (``ml/pkg/scheduler/api.go``):
 200 with the plain id for ``/train``, 200 and an empty body for ``/job`` and
 ``/finish``, 500 with ``http.Error``'s text for what it cannot take, 404/405
 as gorilla/mux answers. No request carries a token.
@@ -25,6 +26,7 @@ import redis
 from scheduler_core.models import TrainRequest
 from tests.integration.api_fixtures import ServedApi
 from tests.integration.conftest import BASE_ENV, PREFIX, settings_for
+from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
 from workers.adapters.redis_server import free_port
 from workers.adapters.state_store import JobRecord, ScheduleCursor, StateStore
 from workers.api.kubeml_compat import KubemlConfigError, create_kubeml_app
@@ -64,6 +66,24 @@ def queued(client: redis.Redis) -> list[tuple[str, list[Any]]]:
             args, _, _ = json.loads(base64.b64decode(message["body"]))
             messages.append((message["headers"]["task"], args))
     return messages
+
+
+def submitted(listener: Listener) -> tuple[str, dict[str, Any]]:
+    """The one job ``/train`` recorded and queued to wait (key, request as JSON), and the
+    one trigger it sent."""
+    (job,) = listener.store.job_names()
+    record = listener.store.get_job(job)
+    assert record is not None and record.request is not None
+    assert RedisSchedulerQueue(listener.redis, prefix=PREFIX).items(WAIT) == [job]
+    assert queued(listener.redis) == [("trainscaler.schedule", [])]
+    return job, record.request.model_dump(mode="json")
+
+
+def reported(listener: Listener, job: str) -> dict[str, Any]:
+    """The one report ``/job`` pushed into the train queue itself, and the one trigger it sent."""
+    (entry,) = RedisSchedulerQueue(listener.redis, prefix=PREFIX).pending_entries(TRAIN, job)
+    assert queued(listener.redis) == [("trainscaler.schedule", [])]
+    return entry.data
 
 
 @dataclass
@@ -168,8 +188,8 @@ def test_train_answers_200_with_the_plain_task_id(listener: Listener) -> None:
     assert answer.headers["content-type"] == GO_TEXT
     job_id = answer.text
     assert len(job_id) == 12 and int(job_id, 16) >= 0  # the whole body is the id
-    ((task, (request,)),) = queued(listener.redis)
-    assert task == "trainscaler.submit"
+    job, request = submitted(listener)
+    assert job == f"kubeml/{job_id}"
     assert request["model_type"] == "resnet34" and request["learning_rate"] == pytest.approx(0.01)
     assert request["options"]["default_parallelism"] == 2
     # KubeML mode: the scheduler-wide psUrl, KubeML's namespace, bounds [1, max].
@@ -188,7 +208,7 @@ def test_train_ignores_unknown_fields_and_matches_keys_as_go_does(listener: List
     with listener.http() as http:
         answer = http.post("/train", content=raw, headers={"Content-Type": "application/json"})
     assert answer.status_code == 200, answer.text
-    ((_, (request,)),) = queued(listener.redis)
+    _, request = submitted(listener)
     assert (request["model_type"], request["epochs"]) == ("lenet", 3)
 
 
@@ -198,7 +218,7 @@ def test_train_takes_go_zero_values_as_not_sent(listener: Listener) -> None:
     with listener.http() as http:
         answer = http.post("/train", json=body)
     assert answer.status_code == 200, answer.text
-    ((_, (request,)),) = queued(listener.redis)
+    _, request = submitted(listener)
     assert request["options"]["default_parallelism"] == 1
     assert request["learning_rate"] == pytest.approx(0.01)
     assert request["function_name"] == ""
@@ -287,8 +307,7 @@ def test_job_queues_the_report_and_answers_200_empty(listener: Listener) -> None
     with listener.http() as http:
         answer = http.post("/job", json=body)
     assert (answer.status_code, answer.content) == (200, b"")
-    ((task, (report,)),) = queued(listener.redis)
-    assert task == "trainscaler.report_epoch"
+    report = reported(listener, job)
     assert report["job"] == job
     assert (report["replicas"], report["epoch_time_s"], report["epoch"]) == (2, 12.5, 1)
     assert report["total_epochs"] == 10
@@ -301,8 +320,7 @@ def test_job_numbers_epochs_after_the_newest_decided_one(listener: Listener) -> 
     with listener.http() as http:
         answer = http.post("/job", json=go_train_task("e2", parallelism=3, elapsed=9.0))
     assert answer.status_code == 200
-    ((_, (report,)),) = queued(listener.redis)
-    assert report["epoch"] == 5
+    assert reported(listener, job)["epoch"] == 5
 
 
 def test_job_takes_a_zero_state_as_not_sent(listener: Listener) -> None:
@@ -312,7 +330,7 @@ def test_job_takes_a_zero_state_as_not_sent(listener: Listener) -> None:
     with listener.http() as http:
         answer = http.post("/job", json={"job": {"id": "zero0state00", "state": {}}})
     assert (answer.status_code, answer.content) == (200, b"")
-    ((_, (report,)),) = queued(listener.redis)
+    report = reported(listener, job)
     # Parallelism 0: the job runs what was decided last; elapsed 0: no epoch time.
     assert (report["replicas"], report["epoch_time_s"]) == (3, None)
 
@@ -371,7 +389,10 @@ def test_finish_of_a_known_job_queues_the_finish_and_answers_200(listener: Liste
     with listener.http() as http:
         answer = http.delete("/finish/f1")
     assert (answer.status_code, answer.content) == (200, b"")
-    assert queued(listener.redis) == [("trainscaler.finish", [job])]
+    ((task, (finished, reply_to)),) = queued(listener.redis)
+    assert (task, finished) == ("trainscaler.finish", job)
+    # The listener waited for the answer on a reply key; nothing answered (no worker).
+    assert reply_to.startswith(f"{PREFIX}reply:") and not listener.redis.exists(reply_to)
 
 
 def test_finish_of_an_unknown_job_is_200_and_queues_nothing(listener: Listener) -> None:

@@ -30,6 +30,7 @@ from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX, hash_tag
 from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis, free_port
+from workers.adapters.report_intake import ReportIntake
 from workers.adapters.state_store import (
     AppliedTarget,
     DecisionRecord,
@@ -80,18 +81,21 @@ class Owners(NamedTuple):
     queue: RedisSchedulerQueue
     scaler: RecordingScaler
     retention: JobRetention
+    intake: ReportIntake
 
 
 def _owners(client: redis.Redis) -> Owners:
     faults = FaultInjector(client, prefix=DEFAULT_KEY_PREFIX, enabled=False)
     store = StateStore(client, prefix=DEFAULT_KEY_PREFIX)
+    queue = RedisSchedulerQueue(client, prefix=DEFAULT_KEY_PREFIX, max_length=100)
     return Owners(
         store=store,
-        queue=RedisSchedulerQueue(client, prefix=DEFAULT_KEY_PREFIX, max_length=100),
+        queue=queue,
         scaler=RecordingScaler(
             client, prefix=DEFAULT_KEY_PREFIX, clock=SystemClock(), faults=faults
         ),
         retention=JobRetention(store, retention=10.0),
+        intake=ReportIntake(client, queue=queue, store=store),
     )
 
 
@@ -228,6 +232,25 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
     queue.push_entry(WAIT, job, {"n": 5}, now=22.0)
     assert queue.remove(job) == 1
     assert queue.depths() == {TRAIN: 0, WAIT: 0}
+
+    # A report's one call: numbered, kept, queued with its reply key, trigger claimed.
+    reporter = "team/c"
+    flag = store.key("schedule:report-trigger")
+    reply_key = store.key("reply:exercise")
+    pushed = owners.intake.push(
+        EpochReport(job=reporter, epoch_time_s=5.0, replicas=1),
+        now=23.0, keep=10, wake_key=flag, wake_ttl=5.0, reply_to=reply_key,
+    )  # fmt: skip
+    assert (pushed.report.epoch, pushed.merged, pushed.woke) == (1, False, True)
+    first_contact = owners.intake.push(
+        EpochReport(job=reporter, replicas=1), now=23.5, keep=10, wake_key=flag, wake_ttl=5.0
+    )
+    assert (first_contact.report.epoch, first_contact.merged, first_contact.woke) == (
+        None, True, False,
+    )  # fmt: skip
+    entries = queue.pending_entries(TRAIN, reporter)
+    assert [e.reply_to for e in entries] == [reply_key, None]
+    assert queue.remove(reporter) == 1
 
     reason = Reason(rule="test", message="exercise")
     decision = ScalingDecision(job=job, current=1, target=2, reason=reason)

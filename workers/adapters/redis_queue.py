@@ -25,7 +25,8 @@ so it runs on Redis Cluster; per-item data lives in members, never in key names.
 
 * ``P queue:q`` LIST of item ids, head first.
 * ``P queue:q:pending`` ZSET of queued entries, all scored 0; each member is
-  ``<item> NUL <seq, 20 digits> <entry JSON {"seq", "at", "data"}>``, so one
+  ``<item> NUL <seq, 20 digits> <entry JSON {"seq", "at", "data"}, and "reply": the key
+  its sender waits on for the answer, when it waits>``, so one
   item's entries are a lex range, in seq order.
 * ``P queue:q:inflight`` ZSET, the same, of the deliveries in progress.
 * ``P queue:q:since`` HASH item -> time the pending item was first queued.
@@ -37,7 +38,8 @@ so it runs on Redis Cluster; per-item data lives in members, never in key names.
 Item ids must not contain NUL.
 
 A push may also set a wake-up flag key (``push_and_wake``): the first push
-after a consumer cleared the flag learns it must wake one.
+after a consumer cleared the flag learns it must wake one. ``ack_deliveries``
+can push each entry's answer to its reply key in the same round trip.
 
 Times are passed in from the injected clock, never read inside Redis.
 """
@@ -151,7 +153,8 @@ end
 
 -- 1: the entry joins the job's pending item; 0: it starts a new item;
 -- -1 / -2: refused, the item / the queue is at its bound. Returns status, seq.
-local function push_entry(k, q, item, data, now, maxlen)
+-- ``reply`` (optional): the key its sender waits on for the answer, as JSON text.
+local function push_entry(k, q, item, data, now, maxlen, reply)
   local qk = k[q]
   local queued = count_entries(qk.pending, item)
   local status = 0
@@ -162,7 +165,9 @@ local function push_entry(k, q, item, data, now, maxlen)
     return -2, 0
   end
   local seq = redis.call('INCR', k.seq_counter)
-  local entry = '{"seq":' .. seq .. ',"at":' .. now .. ',"data":' .. data .. '}'
+  local entry = '{"seq":' .. seq .. ',"at":' .. now .. ',"data":' .. data
+  if reply and reply ~= '' then entry = entry .. ',"reply":' .. reply end
+  entry = entry .. '}'
   redis.call('ZADD', qk.pending, 0, entry_member(item, seq, entry))
   if status == 0 then
     redis.call('RPUSH', qk.list, item)
@@ -305,6 +310,8 @@ class QueueEntry:
     seq: int
     at: float
     data: dict[str, Any]
+    # Where the consumer answers this entry (a reply key the sender waits on), if anywhere.
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +401,10 @@ class RedisSchedulerQueue:
         data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
         return [queue, item_id, data, _num(now), self._max_length]
 
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
     def push_result(self, queue: str, item_id: str, reply: Any) -> tuple[bool, int]:
         """(merged, seq) from a push's reply, or ``QueueFullError``."""
         status, seq = int(reply[0]), int(reply[1])
@@ -462,12 +473,42 @@ class RedisSchedulerQueue:
             self._ack(keys=self.keys, args=[delivery.queue, delivery.item_id, delivery.token])
         )
 
-    def ack_deliveries(self, deliveries: list[Delivery]) -> list[bool]:
-        """``ack_delivery`` for many, in one round trip."""
+    def ack_deliveries(
+        self,
+        deliveries: list[Delivery],
+        *,
+        answers: Mapping[str, str] | None = None,
+        answer_ttl: float = 60.0,
+    ) -> list[bool]:
+        """``ack_delivery`` for many, in one round trip, with their entries' answers.
+
+        ``answers`` maps an entry's reply key to its answer: pushed there (the
+        sender waits on the key) to expire after ``answer_ttl`` seconds, so an
+        answer nobody waits for any more goes away by itself.
+        """
+        return self.ack_and_look(deliveries, answers=answers, answer_ttl=answer_ttl)[0]
+
+    def ack_and_look(
+        self,
+        deliveries: list[Delivery],
+        *,
+        answers: Mapping[str, str] | None = None,
+        answer_ttl: float = 60.0,
+    ) -> tuple[list[bool], bool]:
+        """``ack_deliveries``, and whether any of those jobs has a newer item queued
+        (one a pop skipped while the job was in flight), in the same round trip."""
+        answers = answers or {}
         pipe = self._redis.pipeline(transaction=False)
+        for key, answer in answers.items():
+            pipe.rpush(key, answer)
+            pipe.pexpire(key, wake_ttl_ms(answer_ttl))
         for d in deliveries:
             self._ack(keys=self.keys, args=[d.queue, d.item_id, d.token], client=pipe)
-        return [bool(x) for x in pipe.execute()]
+        for d in deliveries:  # the item's pending entries: a lex range (see the key layout)
+            pipe.zlexcount(f"{self._key(d.queue)}:pending", *_item_range(d.item_id))
+        replies = pipe.execute()[2 * len(answers) :]
+        acked = [bool(x) for x in replies[: len(deliveries)]]
+        return acked, any(int(x) for x in replies[len(deliveries) :])
 
     def nack_delivery(self, delivery: Delivery) -> bool:
         """Put a delivery back at the front of its queue now (e.g. no capacity yet)."""
@@ -504,9 +545,7 @@ class RedisSchedulerQueue:
         """Entries queued (not in flight) for one item, oldest first."""
         _check_queue(queue)
         _check_item(item_id)
-        raw = self._redis.zrangebylex(
-            f"{self._key(queue)}:pending", f"[{item_id}\x00", f"({item_id}\x01"
-        )
+        raw = self._redis.zrangebylex(f"{self._key(queue)}:pending", *_item_range(item_id))
         # Each member is item, NUL, 20 digits of seq, then the entry (see the key layout).
         return [_entry(_text(member)[len(item_id) + 21 :]) for member in raw]
 
@@ -532,7 +571,23 @@ class RedisSchedulerQueue:
 
 def _entry(raw: str | bytes) -> QueueEntry:
     value = json.loads(raw)
-    return QueueEntry(seq=int(value["seq"]), at=float(value["at"]), data=value["data"])
+    reply = value.get("reply")
+    return QueueEntry(
+        seq=int(value["seq"]),
+        at=float(value["at"]),
+        data=value["data"],
+        reply_to=reply if isinstance(reply, str) else None,
+    )
+
+
+def _item_range(item_id: str) -> tuple[str, str]:
+    """One item's members of a pending/inflight ZSET, as a lex range."""
+    return f"[{item_id}\x00", f"({item_id}\x01"
+
+
+def wake_ttl_ms(seconds: float) -> int:
+    """A TTL in whole milliseconds, at least one (``PX`` refuses 0)."""
+    return max(1, int(seconds * 1000))
 
 
 def _check_item(item_id: str) -> None:

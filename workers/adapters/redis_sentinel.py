@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
 from workers.settings import Settings
@@ -89,6 +91,22 @@ def sentinel_client(settings: Settings, **options: Any) -> redis.Redis:
         **options,
     )
     client: redis.Redis = sentinel.master_for(settings.redis_sentinel_master)
+    return client
+
+
+def async_sentinel_client(settings: Settings, **options: Any) -> redis.asyncio.Redis:
+    """``sentinel_client`` for asyncio (the API's waits on reply keys)."""
+    auth = data_auth(settings)
+    timeout = float(options.get("socket_connect_timeout", 5.0))
+    sentinel = AsyncSentinel(
+        sentinel_addresses(settings),
+        sentinel_kwargs=_sentinel_kwargs(settings, socket_timeout=timeout),
+        username=auth.username,
+        password=auth.password,
+        db=auth.db,
+        **options,
+    )
+    client: redis.asyncio.Redis = sentinel.master_for(settings.redis_sentinel_master)
     return client
 
 

@@ -93,25 +93,32 @@ end
 return 1
 """
 
-# KEYS: epoch counter. ARGV: the report's epoch, or "" to take the next one.
-# Returns the epoch number; the counter keeps the highest seen.
-NUMBER_EPOCH = r"""
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-if ARGV[1] ~= '' then
-  local given = tonumber(ARGV[1])
-  if given > current then redis.call('SET', KEYS[1], given) end
-  return given
+# Lua functions shared with the report's one call (``workers.adapters.report_intake``);
+# key names come in as arguments, taken from the calling script's KEYS.
+HISTORY_LUA = r"""
+-- The report's epoch number, as text: ``given`` (the counter keeps the highest
+-- seen) or, when ``given`` is '', the job's next one.
+local function number_epoch(key, given)
+  local current = tonumber(redis.call('GET', key) or '0')
+  if given ~= '' then
+    if tonumber(given) > current then redis.call('SET', key, given) end
+    return given
+  end
+  local numbered = string.format('%d', current + 1)
+  redis.call('SET', key, numbered)
+  return numbered
 end
-current = current + 1
-redis.call('SET', KEYS[1], current)
-return current
+
+-- Into the job's bounded history. A report equal to the newest entry is not
+-- added twice (a redelivered report_epoch).
+local function keep_metric(key, report, keep)
+  if redis.call('LINDEX', key, 0) == report then return 0 end
+  redis.call('LPUSH', key, report)
+  redis.call('LTRIM', key, 0, keep - 1)
+  return 1
+end
 """
 
-# KEYS: metrics list. ARGV: report JSON, how many to keep. A report equal to
-# the newest entry is not added twice (a redelivered report_epoch).
-APPEND_METRIC = r"""
-if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then return 0 end
-redis.call('LPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-return 1
-"""
+# KEYS: metrics list. ARGV: report JSON, how many to keep (a redelivered report_epoch
+# is not added twice).
+APPEND_METRIC = HISTORY_LUA + "return keep_metric(KEYS[1], ARGV[1], tonumber(ARGV[2]))\n"

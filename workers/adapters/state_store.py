@@ -96,7 +96,6 @@ class StateStore:
         self._begin_scales = client.register_script(scripts.BEGIN_SCALES)
         self._finish_scales = client.register_script(scripts.FINISH_SCALES)
         self._commit_cluster_round = client.register_script(scripts.COMMIT_CLUSTER_ROUND)
-        self._number_epoch = client.register_script(scripts.NUMBER_EPOCH)
         self._append_metric = client.register_script(scripts.APPEND_METRIC)
 
     def key(self, suffix: str) -> str:
@@ -468,17 +467,6 @@ class StateStore:
                 client=pipe,
             )
         pipe.execute()
-
-    def numbered(self, report: EpochReport) -> EpochReport:
-        """``report`` with its epoch number: the next of its job's when it has none.
-
-        A first contact (no epoch time) is not an epoch and stays unnumbered.
-        """
-        if report.epoch_time_s is None:
-            return report
-        given = "" if report.epoch is None else str(report.epoch)
-        epoch = int(self._number_epoch(keys=[self.job_key(report.job, "epochs")], args=[given]))
-        return report if report.epoch == epoch else report.model_copy(update={"epoch": epoch})
 
     def metrics(self, job: str, *, limit: int = 100) -> list[EpochReport]:
         raw = self.redis.lrange(self.job_key(job, "metrics"), 0, limit - 1)

@@ -77,8 +77,13 @@ class StaticClusterReader:
         cluster = self._load()
         if cluster.snapshot is not None:
             return cluster.jobs
-        replicas = self._redis.hgetall(f"{self._prefix}recording:replicas")
-        overrides = {_text(k): int(v) for k, v in replicas.items()}
+        if not cluster.jobs:
+            return ()
+        # Only the described jobs' counts: the recording scaler keeps one per job it
+        # ever scaled, and this is read for every schedule chunk with a new job.
+        keys = [job.key for job in cluster.jobs]
+        replicas = self._redis.hmget(f"{self._prefix}recording:replicas", keys)
+        overrides = {k: int(v) for k, v in zip(keys, replicas, strict=True) if v is not None}
         return tuple(
             job.model_copy(update={"current_replicas": overrides[job.key]})
             if job.key in overrides
@@ -160,7 +165,3 @@ def describe(cluster: StaticCluster) -> dict[str, Any]:
     """The JSON form stored in Redis (handy for tests and demos)."""
     value: dict[str, Any] = json.loads(cluster.model_dump_json())
     return value
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

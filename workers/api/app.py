@@ -21,6 +21,7 @@ from workers.api.context import ApiContext, Probe, TaskProducer
 from workers.api.errors import install_error_handlers
 from workers.api.health import default_probes
 from workers.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from workers.api.replies import ReplyWaiter
 from workers.client import CeleryClient
 from workers.observability.metrics import ApiMetrics
 from workers.observability.runtime_gauges import RuntimeCollector
@@ -64,9 +65,12 @@ def create_app(
     # This process's own runtime counters (e.g. the Kubernetes requests its views make).
     registry.register(rt.metrics.registry)
 
+    replies = ReplyWaiter(settings)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        await replies.aclose()
         # The producer this app built is closed with it; one passed in is the caller's.
         if owned is not None:
             owned.close()
@@ -78,6 +82,7 @@ def create_app(
         producer=producer,
         registry=registry,
         api_metrics=api_metrics,
+        replies=replies,
         probes=probes if probes is not None else default_probes(settings, rt),
     )
     install_error_handlers(app)

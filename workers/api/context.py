@@ -1,4 +1,4 @@
-"""What every route needs, built once per application: settings, runtime, producer.
+"""What every route needs, built once per application: settings, runtime, producer, replies.
 
 ``ApiContext`` is stored on ``app.state.context`` by ``create_app`` and
 handed to routes through the ``context`` dependency.
@@ -13,20 +13,22 @@ from typing import Protocol
 from fastapi import Request
 from prometheus_client import CollectorRegistry
 
-from scheduler_core.models import EpochReport, TrainRequest
+from workers.api.replies import ReplyWaiter
 from workers.observability.metrics import ApiMetrics
 from workers.settings import Settings
 from workers.wiring import Runtime
 
 
 class TaskProducer(Protocol):
-    """Enqueues the runtime's tasks (``workers.client.CeleryClient`` in production)."""
+    """Sends the runtime's tasks (``workers.client.CeleryClient`` in production).
 
-    def submit(self, request: TrainRequest, *, task_id: str | None = None) -> tuple[str, str]: ...
+    Reports and submissions are not sent: the API queues them itself
+    (``workers.intake``) and only triggers ``schedule``.
+    """
 
-    def report(self, report: EpochReport) -> str: ...
+    def schedule(self) -> str: ...
 
-    def finish(self, job: str) -> str: ...
+    def finish(self, job: str, *, reply_to: str | None = None) -> str: ...
 
 
 # Checks /health runs: name -> a call that raises when the part is unreachable.
@@ -40,9 +42,8 @@ class ApiContext:
     producer: TaskProducer
     registry: CollectorRegistry
     api_metrics: ApiMetrics
+    replies: ReplyWaiter
     probes: dict[str, Probe] = field(default_factory=dict)
-    # Seconds between reads while a route waits for the runtime to act.
-    poll_interval: float = 0.05
 
 
 def context(request: Request) -> ApiContext:

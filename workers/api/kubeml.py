@@ -1,42 +1,50 @@
 """KubeML's scheduler routes: ``POST /train``, ``POST /job``, ``DELETE /finish/{taskId}``.
 
 Each validates its body with the core's models (422 names the fields), then
-enqueues the runtime's Celery task by name and waits briefly (``wait``
-seconds, bounded) for the runtime to act, reading its state in Redis:
+hands it to the runtime and waits briefly (``wait`` seconds, bounded) for the
+answer on a reply key (``workers.api.replies``), never polling:
 
-* ``/train`` -> ``trainscaler.submit``; 201 once the job is recorded, else 202.
-  The job id is known at once (derived from the task id, as the runtime does).
-* ``/job`` -> ``trainscaler.report_epoch``; 200 with the parallelism to use
-  next once the report was decided, else 202 with the URL to poll.
-* ``/finish`` -> ``trainscaler.finish``; 200 once forgotten, else 202; 404 for
-  an unknown job.
+* ``/train`` records the job and queues it to wait itself
+  (``workers.intake.accept_submission``, the path of ``trainscaler.submit``);
+  201 with the job's key. ``wait`` is accepted and unused: the job is recorded
+  before the answer.
+* ``/job`` pushes the report into the SchedulerQueue itself, in one Lua call
+  (``workers.intake.accept_report``, the path of ``trainscaler.report_epoch``),
+  triggers ``trainscaler.schedule`` when no run is on its way, and waits for
+  the decision: 200 with the parallelism to use next, else 202 with the URL to
+  poll (the decision is made all the same). 503 when the queue is full.
+* ``/finish`` -> ``trainscaler.finish`` (the control queue); 200 once
+  forgotten, else 202; 404 for an unknown job.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from scheduler_core.models import TrainRequest, TrainTask
+from workers.adapters.redis_queue import QueueFullError
 from workers.api.auth import require_token
 from workers.api.context import ApiContext, context
 from workers.api.identity_checks import require_job_ref, require_namespace, require_scope
 from workers.api.schemas import FinishAnswer, ReportAnswer, TrainAnswer
 from workers.api.text_checks import require_utf8
 from workers.api.views import resolve_job
-from workers.client import new_submission_id, report_from_task, submission_key
-from workers.targets import NoTargetError, check_target
-
-T = TypeVar("T")
+from workers.client import new_submission_id, report_from_task
+from workers.intake import (
+    DecisionReply,
+    FinishReply,
+    accept_report,
+    accept_submission,
+    new_reply_key,
+)
+from workers.targets import NoTargetError
 
 # KubeML: a job's parameter server blocks on this answer between epochs, so
-# the wait is short and bounded; past it the caller polls.
+# the wait is short and bounded; past it the caller polls the job's URL.
 MAX_WAIT_S = 10.0
 DEFAULT_WAIT_S = 2.0
 
@@ -48,26 +56,12 @@ Wait = Annotated[
 ]
 
 
-async def _wait_for(ctx: ApiContext, read: Callable[[], T | None], *, seconds: float) -> T | None:
-    """Poll ``read`` (a Redis read, run off the event loop) until it answers or time is up."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = await run_in_threadpool(read)
-        if value is not None or time.monotonic() >= deadline:
-            return value
-        await asyncio.sleep(min(ctx.poll_interval, max(0.0, deadline - time.monotonic())))
-
-
 def _job_url(job: str) -> str:
     # Header values must be Latin-1: percent-encode whatever a job id holds.
     return f"/jobs/{quote(job, safe='/')}"
 
 
-@router.post(
-    "/train",
-    status_code=status.HTTP_201_CREATED,
-    responses={202: {"model": TrainAnswer, "description": "queued, not recorded yet"}},
-)
+@router.post("/train", status_code=status.HTTP_201_CREATED)
 async def train(
     request: TrainRequest, ctx: Ctx, response: Response, wait: Wait = DEFAULT_WAIT_S
 ) -> TrainAnswer:
@@ -80,26 +74,22 @@ async def train(
     require_scope(ctx.settings, request.namespace, field="body.namespace")
     rt = ctx.runtime
     submission = new_submission_id()
-    job = submission_key(request, submission)
     try:
-        await run_in_threadpool(
-            lambda: check_target(
-                request, job=job, scaler=rt.settings.scaler, reader=rt.cluster_reader
+        job = await run_in_threadpool(
+            lambda: accept_submission(
+                rt, request, submission_id=submission, trigger=ctx.producer.schedule
             )
         )
     except NoTargetError as error:
         raise HTTPException(status_code=422, detail=str(error)) from None
-    task_id, job = await run_in_threadpool(lambda: ctx.producer.submit(request, task_id=submission))
-    store = ctx.runtime.store
-    recorded = await _wait_for(ctx, lambda: store.get_job(job), seconds=wait)
+    except QueueFullError as error:
+        raise HTTPException(status_code=503, detail=str(error)) from None
     response.headers["Location"] = _job_url(job)
-    if recorded is None:
-        response.status_code = status.HTTP_202_ACCEPTED
     return TrainAnswer(
         job=job,
         job_id=job.rsplit("/", 1)[-1],
-        task_id=task_id,
-        recorded=recorded is not None,
+        task_id=submission,
+        recorded=True,
         poll=_job_url(job),
     )
 
@@ -114,32 +104,34 @@ async def report_epoch(
     """KubeML ``UpdateTask``: a job's end-of-epoch report (parallelism, elapsed time)."""
     require_utf8(body=task)
     rt = ctx.runtime
-    # Numbered here, before it is queued, so a redelivered task keeps its epoch.
-    report = await run_in_threadpool(rt.store.numbered, report_from_task(task, at=rt.clock.now()))
+    report = report_from_task(task, at=rt.clock.now())
     job = report.job
     require_scope(ctx.settings, job.partition("/")[0], field="body.job_id")
-    # Decided means: the job's schedule cursor moved past what it was before
-    # this report was queued (one reporter per job, as in KubeML).
-    before = (await run_in_threadpool(rt.store.cursor, job)).last_seq
-    await run_in_threadpool(ctx.producer.report, report)
-
-    def decided() -> int | None:
-        cursor = rt.store.cursor(job)
-        return cursor.last_seq if cursor.last_seq > before else None
-
-    seq = await _wait_for(ctx, decided, seconds=wait)
-    if seq is None:
+    reply_to = new_reply_key(rt) if wait > 0 else None
+    try:
+        queued = await run_in_threadpool(
+            lambda: accept_report(rt, report, trigger=ctx.producer.schedule, reply_to=reply_to)
+        )
+    except QueueFullError as error:
+        raise HTTPException(status_code=503, detail=str(error)) from None
+    raw = None if reply_to is None else await ctx.replies.wait(reply_to, timeout=wait)
+    if raw is None:
         response.status_code = status.HTTP_202_ACCEPTED
         return ReportAnswer(job=job, decided=False, poll=_job_url(job))
-    cursor = await run_in_threadpool(rt.store.cursor, job)
-    newest = await run_in_threadpool(lambda: rt.store.decisions(job, limit=1))
-    record = newest[0] if newest else None
+    reply = DecisionReply.model_validate_json(raw)
+    generation, reason = reply.generation, reply.reason
+    if generation is None:
+        # Decided on, but by no decision of its own (the cluster policy owns the
+        # job, or nothing changed): the job's newest decision says why it runs so.
+        newest = await run_in_threadpool(lambda: rt.store.decisions(job, limit=1))
+        if newest:
+            generation, reason = newest[0].generation, newest[0].decision.reason
     return ReportAnswer(
         job=job,
         decided=True,
-        parallelism=cursor.last_target if cursor.last_target is not None else report.replicas,
-        reason=record.decision.reason if record else None,
-        generation=record.generation if record else None,
+        parallelism=reply.parallelism if reply.parallelism is not None else queued.replicas,
+        reason=reason,
+        generation=generation,
         poll=_job_url(job),
     )
 
@@ -170,13 +162,10 @@ async def finish(
     record = await run_in_threadpool(store.get_job, job)
     if record is not None and record.finished_at is not None:
         return FinishAnswer(job=job, finished=True, finished_at=record.finished_at)
-    sent = await run_in_threadpool(ctx.producer.finish, job)
-
-    def finished() -> float | None:
-        current = store.get_job(job)
-        return current.finished_at if current is not None else None
-
-    at = await _wait_for(ctx, finished, seconds=wait)
+    reply_to = new_reply_key(ctx.runtime) if wait > 0 else None
+    sent = await run_in_threadpool(lambda: ctx.producer.finish(job, reply_to=reply_to))
+    raw = None if reply_to is None else await ctx.replies.wait(reply_to, timeout=wait)
+    at = None if raw is None else FinishReply.model_validate_json(raw).finished_at
     if at is None:
         response.status_code = status.HTTP_202_ACCEPTED
     return FinishAnswer(job=job, finished=at is not None, finished_at=at, task_id=sent)

@@ -12,8 +12,9 @@ Routes, bodies and statuses are those of KubeML's scheduler
 * ``POST /train`` with a ``TrainRequest`` -> 200, the body being the new job's
   id as plain text (the controller's ``sendTask`` reads the whole body as the id);
 * ``POST /job`` with a ``TrainTask`` (``{"request", "job": {"id", "state"}}``)
-  -> 200, empty: the report is queued; the answer goes to the job's parameter
-  server as a ``JobState`` on ``/update/{id}`` (``workers.adapters.parameter_server``);
+  -> 200, empty: the report is pushed into the SchedulerQueue (the API's own
+  path, ``workers.intake``); the answer goes to the job's parameter server as
+  a ``JobState`` on ``/update/{id}`` (``workers.adapters.parameter_server``);
 * ``POST /infer`` with an ``InferRequest`` -> the Fission function's answer,
   relayed with 200, as KubeML's scheduler does;
 * ``DELETE /finish/{taskId}`` -> 200, empty: the job is forgotten;
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -58,12 +58,16 @@ from workers.adapters.kubeml_wire import (
     GoDecodeError,
     decode,
 )
+from workers.adapters.redis_queue import QueueFullError
 from workers.api.context import TaskProducer
 from workers.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
-from workers.client import CeleryClient, report_from_task
+from workers.api.replies import ReplyWaiter
+from workers.client import CeleryClient, new_submission_id, report_from_task
 from workers.deadletters import validation_message
+from workers.intake import OutOfScope, accept_report, accept_submission, new_reply_key
 from workers.observability.metrics import ApiMetrics
 from workers.settings import Settings
+from workers.targets import NoTargetError
 from workers.wiring import Runtime
 
 log = logging.getLogger(__name__)
@@ -116,7 +120,7 @@ class KubemlContext:
     runtime: Runtime
     producer: TaskProducer
     http: httpx.AsyncClient
-    poll_interval: float = 0.05
+    replies: ReplyWaiter
     finish_wait_s: float = FINISH_WAIT_S
 
 
@@ -173,7 +177,15 @@ async def train(request: Request) -> Response:
         train_request = train_request_from_kubeml(decoded, ctx.settings)
     except ValidationError as error:
         return go_error(f"Invalid train request: {validation_message(error)}")
-    _, job = await run_in_threadpool(ctx.producer.submit, train_request)
+    rt, submission = ctx.runtime, new_submission_id()
+    try:
+        job = await run_in_threadpool(
+            lambda: accept_submission(
+                rt, train_request, submission_id=submission, trigger=ctx.producer.schedule
+            )
+        )
+    except (NoTargetError, OutOfScope, QueueFullError) as error:
+        return go_error(f"Invalid train request: {error}")
     return go_ok(job.rsplit("/", 1)[-1])
 
 
@@ -225,7 +237,12 @@ async def report(request: Request) -> Response:
     except ValidationError as error:
         return go_error(f"Invalid train task: {validation_message(error)}")
     epoch_report = report_from_task(task, at=rt.clock.now())
-    await run_in_threadpool(ctx.producer.report, epoch_report)
+    try:
+        await run_in_threadpool(
+            lambda: accept_report(rt, epoch_report, trigger=ctx.producer.schedule)
+        )
+    except (OutOfScope, QueueFullError) as error:
+        return go_error(f"Invalid train task: {error}")
     return go_ok()
 
 
@@ -240,13 +257,9 @@ async def finish(request: Request) -> Response:
     record = await run_in_threadpool(store.get_job, job)
     if record is None or record.finished_at is not None:
         return go_ok()
-    await run_in_threadpool(ctx.producer.finish, job)
-    deadline = time.monotonic() + ctx.finish_wait_s
-    while time.monotonic() < deadline:
-        current = await run_in_threadpool(store.get_job, job)
-        if current is None or current.finished_at is not None:
-            break
-        await asyncio.sleep(ctx.poll_interval)
+    reply_to = new_reply_key(ctx.runtime)
+    await run_in_threadpool(lambda: ctx.producer.finish(job, reply_to=reply_to))
+    await ctx.replies.wait(reply_to, timeout=ctx.finish_wait_s)
     return go_ok()
 
 
@@ -335,10 +348,12 @@ def create_kubeml_app(
         owned_producer = producer = CeleryClient(settings)
     owned_http = http is None
     client = http or httpx.AsyncClient(timeout=settings.kubeml_infer_timeout)
+    replies = ReplyWaiter(settings)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         yield
+        await replies.aclose()
         if owned_producer is not None:
             owned_producer.close()
         if owned_http:
@@ -356,7 +371,9 @@ def create_kubeml_app(
     )
     # gorilla/mux (no StrictSlash): "/train/" is another path, a 404, not a redirect.
     app.router.redirect_slashes = False
-    app.state.kubeml = KubemlContext(settings=settings, runtime=rt, producer=producer, http=client)
+    app.state.kubeml = KubemlContext(
+        settings=settings, runtime=rt, producer=producer, http=client, replies=replies
+    )
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.api_max_body_bytes)
     app.add_middleware(RequestIdMiddleware, metrics=ApiMetrics(CollectorRegistry()))
     return app
