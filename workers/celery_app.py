@@ -113,7 +113,7 @@ def create_app(settings: Settings) -> Celery:
         enable_utc=True,
         timezone="UTC",
         beat_schedule=beat_schedule(settings),
-        beat_scheduler="redbeat.RedBeatScheduler",
+        beat_scheduler="workers.adapters.beat_scheduler:FailoverTolerantScheduler",
         redbeat_redis_url=connections.redbeat_url,
         redbeat_key_prefix=f"{settings.redis_key_prefix}redbeat:",
         redbeat_lock_timeout=redbeat_lock_timeout(settings),

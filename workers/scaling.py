@@ -10,14 +10,12 @@ its reasons.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import LockError
 
 from scheduler_core.identity import JobKey
 from scheduler_core.models import (
@@ -149,7 +147,7 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
             rt.store.set_applied(command.job, record)
         return outcome
     finally:
-        _release(lock)
+        rt.store.release_lock(lock)
 
 
 def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]:
@@ -220,12 +218,6 @@ def _apply_locked(
         generation=command.generation, target=command.target, at=rt.clock.now(), outcome=outcome
     )
     return outcome, record
-
-
-def _release(lock: Any) -> None:
-    # Released only by its owner; an expired lock is simply gone.
-    with contextlib.suppress(LockError):
-        lock.release()
 
 
 # --- autoscale --------------------------------------------------------------------------
@@ -306,18 +298,22 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
         note = f"failed: {error}"
         raise
     finally:
-        rt.store.record_run(
-            AutoscaleRun(
-                run_id=run_id,
-                owner=owner,
-                started=started,
-                finished=rt.clock.now(),
-                changes=len(changes),
-                note=note,
+        try:
+            rt.store.record_run(
+                AutoscaleRun(
+                    run_id=run_id,
+                    owner=owner,
+                    started=started,
+                    finished=rt.clock.now(),
+                    changes=len(changes),
+                    note=note,
+                )
             )
-        )
-        rt.metrics.record_autoscale_round(rt.clock.now() - started)
-        _release(lock)
+            rt.metrics.record_autoscale_round(rt.clock.now() - started)
+        finally:
+            # Even when recording fails (Redis lost mid-round): a lock left held
+            # would hold every later round off for autoscale_lock_ttl.
+            rt.store.release_lock(lock)
     return {"ran": True, "run_id": run_id, "changes": len(changes)}
 
 

@@ -354,7 +354,10 @@ def test_resources_follow_the_issue_16_sizing() -> None:
 def test_beat_runs_redbeat_with_two_replicas() -> None:
     beat = find("Deployment", "trainscaler-beat")
     assert beat["spec"]["replicas"] == 2
-    assert "--scheduler=redbeat.RedBeatScheduler" in container(beat)["command"]
+    assert (
+        "--scheduler=workers.adapters.beat_scheduler:FailoverTolerantScheduler"
+        in container(beat)["command"]
+    )
 
 
 def generated_secrets() -> dict[str, dict[str, str]]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import pytest
+import redis
+from redis.lock import Lock
 
 from scheduler_core.models import ElasticJob, EpochReport, Resources
 from tests.unit.builders import scale_request
@@ -13,7 +16,7 @@ from workers import handlers
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis
-from workers.adapters.state_store import JobRecord
+from workers.adapters.state_store import LOCK_RELEASE_RETRIES, JobRecord, StateStore
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
 from workers.wiring import Runtime
 
@@ -74,6 +77,61 @@ def test_autoscale_stores_plan_free_room_and_sends_scales(rt: Runtime) -> None:
     finally:
         lock.release()
     assert rt.store.skipped_runs() == 1
+
+
+def test_a_round_that_loses_redis_while_recording_still_releases_its_lock(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    StaticClusterReader(rt.redis, prefix=DEFAULT_KEY_PREFIX).store(
+        StaticCluster(nodes=(StaticNode(name="n1", cpu_milli=3000, memory_mega=10_000),), jobs=())
+    )
+
+    def lost(_: object) -> None:
+        raise redis.ConnectionError("primary gone (a failover)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(rt.store, "record_run", lost)
+        with pytest.raises(redis.ConnectionError):
+            handlers.autoscale_once(rt, send_scale=lambda _: None, owner="first")
+    # Without the release the next round waits out autoscale_lock_ttl (120 s).
+    assert handlers.autoscale_once(rt, send_scale=lambda _: None, owner="next")["ran"] is True
+
+
+class FlakyRelease:
+    """A real lock whose first ``failures`` releases lose the connection."""
+
+    def __init__(self, lock: Lock, *, failures: int) -> None:
+        self.lock = lock
+        self.failures = failures
+
+    def release(self) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise redis.ConnectionError("Connection refused")
+        self.lock.release()
+
+
+def test_a_lock_release_lost_in_a_failover_is_retried_with_backoff(rt: Runtime) -> None:
+    naps: list[float] = []
+    store = StateStore(rt.redis, sleep=naps.append)
+    lock = store.lock("autoscale", ttl=60)
+    assert lock.acquire(blocking=False)
+    store.release_lock(cast(Lock, FlakyRelease(lock, failures=3)))
+    assert naps == [0.25, 0.5, 1.0]
+    assert rt.redis.exists(store.key("lock:autoscale")) == 0
+    # An expired (or taken-over) lock is not an error: there is nothing to release.
+    store.release_lock(lock)
+
+
+def test_a_lock_release_gives_up_after_its_retries(rt: Runtime) -> None:
+    naps: list[float] = []
+    store = StateStore(rt.redis, sleep=naps.append)
+    lock = store.lock("autoscale", ttl=60)
+    assert lock.acquire(blocking=False)
+    with pytest.raises(redis.ConnectionError):
+        store.release_lock(cast(Lock, FlakyRelease(lock, failures=LOCK_RELEASE_RETRIES + 1)))
+    assert len(naps) == LOCK_RELEASE_RETRIES
+    assert max(naps) == 2.0 and 20 < sum(naps) < 40  # about half a minute, capped steps
 
 
 def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None:

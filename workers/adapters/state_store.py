@@ -39,10 +39,12 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.exceptions import LockError
 from redis.lock import Lock
 
 from scheduler_core.models import (
@@ -68,6 +70,12 @@ from workers.adapters.state_records import (
     ScheduleWrite,
 )
 
+# A lock release lost in a Redis failover is retried for about half a minute
+# (0.25 s doubling to 2 s between tries): Sentinel's default down-after plus
+# election fits in it.
+LOCK_RELEASE_RETRIES = 16
+LOCK_RELEASE_BACKOFF = 0.25
+
 T = TypeVar("T")
 
 # The per-job keys besides the record and the policies' states (see the layout above).
@@ -86,9 +94,15 @@ class StateStore:
     """Typed reads and writes of the runtime's state in one Redis database."""
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = DEFAULT_KEY_PREFIX, history: int = 200
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_KEY_PREFIX,
+        history: int = 200,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.redis = client
+        self._sleep = sleep
         self.prefix = prefix
         self.history = history
         self._reserve = client.register_script(scripts.RESERVE)
@@ -483,6 +497,26 @@ class StateStore:
             thread_local=False,
         )
         return lock
+
+    def release_lock(self, lock: Lock) -> None:
+        """Release ``lock`` if this owner still holds it; an expired lock is simply gone.
+
+        A connection lost while the sentinels elect a new primary is retried
+        (``LOCK_RELEASE_RETRIES``, backing off): the lock key was replicated, so a
+        release given up on would hold every later round off for the lock's whole
+        TTL. Releasing is idempotent (the owner's token is compared in Lua), so a
+        retry after a release that did land only finds the lock gone.
+        """
+        for attempt in range(LOCK_RELEASE_RETRIES + 1):
+            try:
+                lock.release()
+                return
+            except LockError:  # not ours any more: it expired, or another owner took it
+                return
+            except (redis.ConnectionError, redis.TimeoutError):
+                if attempt == LOCK_RELEASE_RETRIES:
+                    raise
+                self._sleep(min(LOCK_RELEASE_BACKOFF * 2**attempt, 2.0))
 
     def claim_flag(self, name: str, *, ttl: float, pipe: Any = None) -> bool:
         """Set a short-lived flag; True when it was not set yet (on ``pipe``: queued)."""
