@@ -351,6 +351,53 @@ def test_resources_follow_the_issue_16_sizing() -> None:
     assert memory_bytes(requests["planner"]["requests"]["memory"]) >= 496 * 10**6
 
 
+# Every pod serves its own /metrics; Prometheus finds them by the pod annotations.
+SCRAPED = {"planner": "metrics", "scale-worker": "metrics", "event-worker": "metrics"}
+SCRAPED_ELSEWHERE = {"api": "http", "flower": "http"}
+
+
+def container_port(workload: dict[str, Any], name: str) -> int:
+    ports = {p["name"]: p["containerPort"] for p in container(workload).get("ports", [])}
+    assert name in ports, (name, ports)
+    return int(ports[name])
+
+
+@pytest.mark.parametrize("role", [*SCRAPED, *SCRAPED_ELSEWHERE])
+def test_every_pod_is_scraped_on_the_port_it_serves(role: str) -> None:
+    workload = find("Deployment", f"trainscaler-{role}")
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    port = container_port(workload, {**SCRAPED, **SCRAPED_ELSEWHERE}[role])
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    if role in SCRAPED:
+        env = env_values(workload)
+        # The worker's listener (Settings.worker_metrics_port), reachable from outside the pod.
+        assert int(env["TRAINSCALER_WORKER_METRICS_PORT"]) == port
+        assert env["TRAINSCALER_WORKER_METRICS_ADDRESS"] == "0.0.0.0"
+
+
+@pytest.mark.parametrize("role", ["scale-worker", "event-worker"])
+def test_prefork_workers_merge_their_children_from_a_writable_directory(role: str) -> None:
+    """Without PROMETHEUS_MULTIPROC_DIR a prefork pod serves only its main process (0 tasks)."""
+    workload = find("Deployment", f"trainscaler-{role}")
+    main = container(workload)
+    assert "--pool" not in main["command"] and int(option(main["command"], "--concurrency")) > 1
+    directory = env_values(workload)["PROMETHEUS_MULTIPROC_DIR"]
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    # Its own emptyDir (the root filesystem is read-only): files live as long as the pod.
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volumes[mounts[directory]], volumes
+
+
+def test_the_planner_serves_its_solo_pool_without_a_multiprocess_directory() -> None:
+    # Solo: tasks run in the main process, whose registry the endpoint serves (a
+    # directory would be emptied at worker start under the standby's live files).
+    planner = find("Deployment", "trainscaler-planner")
+    assert "PROMETHEUS_MULTIPROC_DIR" not in env_values(planner)
+
+
 def test_beat_runs_redbeat_with_two_replicas() -> None:
     beat = find("Deployment", "trainscaler-beat")
     assert beat["spec"]["replicas"] == 2
