@@ -139,6 +139,6 @@ def _configure_logging(**_: Any) -> None:
 signals.setup_logging.connect(_configure_logging, weak=False)
 
 # A worker's per-pod /metrics (Settings.worker_metrics_port); other processes never start it.
-install_worker_exposition(get_settings())
+worker_exposition = install_worker_exposition(get_settings())
 
 app = create_app(get_settings())

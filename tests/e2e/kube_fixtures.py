@@ -275,7 +275,7 @@ def _loopback_cluster(tmp_path: Path) -> Iterator[KubeCluster]:
 
 def _real_cluster(tmp_path: Path) -> Iterator[KubeCluster]:
     """The cluster of ``KUBECONFIG`` (scripts/real-k8s); the worker gets the
-    trainscaler service account's token, so it holds only deploy/rbac.yaml's rights."""
+    all-roles test account's token: the union of deploy/rbac.yaml's worker roles."""
     api = k8s_config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
     install_crd(api)
     worker_config = service_account_kubeconfig(api, tmp_path / "kubeconfig")

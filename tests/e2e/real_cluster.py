@@ -4,9 +4,14 @@
   service accounts, read as (verb, resource) counts like the loopback server's
   request counter, from a chosen offset on. The worker runs as that account,
   so the counts are its requests only (the test's own reads are an admin's).
-* ``service_account_kubeconfig``: deploy/namespace.yaml and deploy/rbac.yaml
-  applied, a TokenRequest for ``trainscaler/trainscaler``, and a kubeconfig
-  with that token: the worker then holds exactly the ClusterRole's rights.
+* ``install_rbac``: deploy/'s namespace, per-role accounts, ClusterRoles and
+  the planner's Lease Role applied, plus a test-only account
+  (``trainscaler/trainscaler-all-roles``) bound to each worker role's shipped
+  ClusterRole: the end-to-end worker consumes every queue (planner, scale and
+  event work in one process), so it holds exactly the union of the deployed
+  roles' rights, and any request outside them is denied.
+* ``service_account_kubeconfig``: a TokenRequest for that account and a
+  kubeconfig with the token.
 * ``fresh_namespace``: the test's namespace deleted (waiting until it is
   gone) and created again.
 * ``list_objects``: an admin's LIST of one resource in a namespace.
@@ -27,7 +32,10 @@ from kubernetes import client as k8s
 from workers.adapters.kubernetes.client import KubeClient
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICE_ACCOUNT = "system:serviceaccount:trainscaler:trainscaler"
+ALL_ROLES_ACCOUNT = "trainscaler-all-roles"
+SERVICE_ACCOUNT = f"system:serviceaccount:trainscaler:{ALL_ROLES_ACCOUNT}"
+# The worker roles whose shipped ClusterRoles the all-in-one worker needs.
+WORKER_ROLES = ("planner", "scale-worker", "event-worker")
 RESOURCE_PATHS = {
     "pods": ("", "v1", "pods"),
     "events": ("", "v1", "events"),
@@ -135,20 +143,44 @@ def apply_manifest(api: k8s.ApiClient, document: dict[str, Any]) -> None:
             replace(name, document)
 
 
+def _binding(kind: str, role: str, role_kind: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": f"{ALL_ROLES_ACCOUNT}-{role}"}
+    if kind == "RoleBinding":
+        metadata["namespace"] = "trainscaler"
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": ALL_ROLES_ACCOUNT, "namespace": "trainscaler"}
+        ],
+    }
+
+
 def install_rbac(api: k8s.ApiClient) -> None:
     for manifest in ("namespace.yaml", "serviceaccounts.yaml", "rbac.yaml", "leader-election.yaml"):
         for document in yaml.safe_load_all((REPO / "deploy" / manifest).read_text()):
             if document:
                 apply_manifest(api, document)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": ALL_ROLES_ACCOUNT, "namespace": "trainscaler"},
+    }
+    apply_manifest(api, account)
+    for role in WORKER_ROLES:
+        apply_manifest(api, _binding("ClusterRoleBinding", f"trainscaler-{role}", "ClusterRole"))
+    apply_manifest(api, _binding("RoleBinding", "trainscaler-planner-lease", "Role"))
 
 
 def service_account_kubeconfig(api: k8s.ApiClient, path: Path) -> Path:
-    """A kubeconfig holding a fresh token of the trainscaler service account."""
+    """A kubeconfig holding a fresh token of the all-roles test account."""
     install_rbac(api)
     core = k8s.CoreV1Api(api)
     request: Any = {"spec": {"expirationSeconds": 3600, "audiences": []}}
     answer: Any = core.create_namespaced_service_account_token(
-        "trainscaler", "trainscaler", request
+        ALL_ROLES_ACCOUNT, "trainscaler", request
     )
     token = answer.status.token
     configuration = api.configuration

@@ -39,7 +39,7 @@ from tests.e2e.kube_fixtures import (
     kube_redis_fixture,  # noqa: F401
     wait_for,
 )
-from tests.e2e.real_cluster import SERVICE_ACCOUNT, AuditLog, permissions_used
+from tests.e2e.real_cluster import ALL_ROLES_ACCOUNT, SERVICE_ACCOUNT, AuditLog, permissions_used
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -104,7 +104,9 @@ TRAINJOB_SCALE_BINDING: dict[str, Any] = {
         "kind": "Role",
         "name": "trainscaler-trainjobs",
     },
-    "subjects": [{"kind": "ServiceAccount", "name": "trainscaler", "namespace": "trainscaler"}],
+    # The all-in-one worker's account (deployed: the scale workers' account, and
+    # get alone for the planner's, event workers' and API's).
+    "subjects": [{"kind": "ServiceAccount", "name": ALL_ROLES_ACCOUNT, "namespace": "trainscaler"}],
 }
 MAX = {"sigma": 3, "tau": 3, "upsilon": 2}
 

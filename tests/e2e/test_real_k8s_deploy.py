@@ -4,14 +4,16 @@
   copy of deploy/ holding generated secret files (the repository ships none:
   without them the build fails): every manifest and the three generated
   Secrets pass the real server's validation and admission.
-* The ``trainscaler`` service account's rights, asked as that account
-  (impersonation): a SelfSubjectRulesReview lists exactly
-  ``REQUIRED_PERMISSIONS`` beyond what an account without bindings holds
-  (nothing missing, nothing extra), plus ``LEASE_PERMISSIONS`` (the planner's
-  leader election) in the trainscaler namespace only, and ``kubectl auth can-i --as`` answers yes for each
-  required permission and no for neighbours the adapter never uses. The API's
-  own account, ``trainscaler-api``, holds exactly ``API_PERMISSIONS``: no
-  scale, status or event rights.
+* Each role's own service account (planner, scale worker, event worker,
+  API), asked as that account (impersonation): a SelfSubjectRulesReview lists
+  exactly that role's ``ROLE_PERMISSIONS`` beyond what an account without
+  bindings holds (nothing missing, nothing extra), plus, for the planner only,
+  ``LEASE_PERMISSIONS`` in the trainscaler namespace; ``kubectl auth can-i
+  --as`` answers yes for each of the role's permissions and no for the other
+  roles' and for neighbours no role uses. The Lease's get and update hold for
+  the planner's Lease by name and for no other Lease; create holds for any
+  name (Kubernetes cannot limit create by resourceNames).
+* The all-roles test account the end-to-end worker runs as holds the union.
 
 The adapter's own requests as that account are checked by the end-to-end
 tests on the real cluster (audit log: nothing denied, nothing outside the set).
@@ -33,18 +35,19 @@ from kubernetes import config as k8s_config
 from tests.e2e.real_cluster import REPO, SERVICE_ACCOUNT, install_rbac
 from workers.adapters.kubernetes.crd import install_crd
 from workers.adapters.kubernetes.rbac import (
-    API_PERMISSIONS,
+    LEASE_NAMED_VERBS,
     LEASE_PERMISSIONS,
     REQUIRED_PERMISSIONS,
+    ROLE_PERMISSIONS,
     Permission,
 )
+from workers.settings import Settings
 
 pytestmark = pytest.mark.real_cluster
 
 # A service account with no binding of its own: what every account holds anyway
 # (self reviews, discovery, the cluster's default read grants).
 BASELINE_ACCOUNT = "system:serviceaccount:trainscaler:no-bindings"
-API_ACCOUNT = "system:serviceaccount:trainscaler:trainscaler-api"
 SECRET_FILES = ("redis-password", "flower-basic-auth", "api-token")
 NEIGHBOURS = [
     Permission("apps", "deployments", "update"),
@@ -153,28 +156,42 @@ def granted(
     return found
 
 
-def test_service_account_holds_exactly_the_adapters_permissions(admin: k8s.ApiClient) -> None:
+ROLE_ACCOUNTS = {
+    role: f"system:serviceaccount:trainscaler:trainscaler-{role}" for role in ROLE_PERMISSIONS
+}
+LEASE_NAME = Settings.model_fields["planner_lease_name"].default
+
+
+@pytest.mark.parametrize("role", list(ROLE_PERMISSIONS))
+def test_each_roles_account_holds_exactly_its_permissions(admin: k8s.ApiClient, role: str) -> None:
+    expected = set(ROLE_PERMISSIONS[role])
+    lease = set(LEASE_PERMISSIONS) if role == "planner" else set()
+    for namespace, permissions in {"default": expected, "trainscaler": expected | lease}.items():
+        baseline = granted(admin, namespace, user=BASELINE_ACCOUNT)
+        assert not baseline & permissions, baseline & permissions
+        held = granted(admin, namespace, user=ROLE_ACCOUNTS[role]) - baseline
+        assert held == permissions, (role, namespace, held ^ permissions)
+
+
+def test_the_all_roles_test_account_holds_the_union(admin: k8s.ApiClient) -> None:
     expected = {
         "default": set(REQUIRED_PERMISSIONS),
         "trainscaler": set(REQUIRED_PERMISSIONS | LEASE_PERMISSIONS),
     }
     for namespace, permissions in expected.items():
         baseline = granted(admin, namespace, user=BASELINE_ACCOUNT)
-        assert not baseline & permissions, baseline & permissions
         assert granted(admin, namespace) - baseline == permissions, namespace
 
 
-def test_the_api_account_holds_exactly_read_permissions(admin: k8s.ApiClient) -> None:
-    for namespace in ("default", "trainscaler"):
-        baseline = granted(admin, namespace, user=BASELINE_ACCOUNT)
-        assert granted(admin, namespace, user=API_ACCOUNT) - baseline == set(API_PERMISSIONS)
-
-
-def can_i(kubectl: str, permission: Permission, *, namespace: str | None = None) -> bool:
+def can_i(
+    kubectl: str, permission: Permission, *, user: str, namespace: str | None = None, name: str = ""
+) -> bool:
     resource, _, subresource = permission.resource.partition("/")
     target = f"{resource}.{permission.api_group}" if permission.api_group else resource
+    if name:
+        target = f"{target}/{name}"
     where = ["--namespace", namespace] if namespace else ["--all-namespaces"]
-    args = ["auth", "can-i", permission.verb, target, *where, "--as", SERVICE_ACCOUNT]
+    args = ["auth", "can-i", permission.verb, target, *where, "--as", user]
     if subresource:
         args.append(f"--subresource={subresource}")
     done = run_kubectl(kubectl, *args)
@@ -183,22 +200,43 @@ def can_i(kubectl: str, permission: Permission, *, namespace: str | None = None)
     return answer == "yes"
 
 
-def test_kubectl_auth_can_i_as_the_service_account(admin: k8s.ApiClient, kubectl: str) -> None:
-    refused = sorted(p for p in REQUIRED_PERMISSIONS if not can_i(kubectl, p))
+@pytest.mark.parametrize("role", list(ROLE_PERMISSIONS))
+def test_kubectl_auth_can_i_as_each_roles_account(
+    admin: k8s.ApiClient, kubectl: str, role: str
+) -> None:
+    user = ROLE_ACCOUNTS[role]
+    own = ROLE_PERMISSIONS[role]
+    refused = sorted(p for p in own if not can_i(kubectl, p, user=user))
     assert refused == []
-    allowed = [p for p in NEIGHBOURS if can_i(kubectl, p)]
+    others = set(REQUIRED_PERMISSIONS) - own
+    allowed = [p for p in sorted(others | set(NEIGHBOURS)) if can_i(kubectl, p, user=user)]
     assert allowed == []
 
 
-def test_the_planner_lease_is_granted_in_its_namespace_only(
+def test_the_planner_lease_is_granted_by_name_in_its_namespace_only(
     admin: k8s.ApiClient, kubectl: str
 ) -> None:
+    planner = ROLE_ACCOUNTS["planner"]
     for permission in sorted(LEASE_PERMISSIONS):
-        assert can_i(kubectl, permission, namespace="trainscaler"), permission
-        assert not can_i(kubectl, permission, namespace="default"), permission
+        name = LEASE_NAME if permission.verb in LEASE_NAMED_VERBS else ""
+        assert can_i(kubectl, permission, user=planner, namespace="trainscaler", name=name)
+        assert not can_i(kubectl, permission, user=planner, namespace="default", name=name)
+    for verb in sorted(LEASE_NAMED_VERBS):
+        lease = Permission("coordination.k8s.io", "leases", verb)
+        # Another Lease in the same namespace (another component's election): no.
+        assert not can_i(kubectl, lease, user=planner, namespace="trainscaler", name="kube-other")
     for verb in ("delete", "list", "watch", "patch"):
         lease = Permission("coordination.k8s.io", "leases", verb)
-        assert not can_i(kubectl, lease, namespace="trainscaler"), verb
+        assert not can_i(kubectl, lease, user=planner, namespace="trainscaler"), verb
+    for role in ("scale-worker", "event-worker", "api"):
+        for permission in sorted(LEASE_PERMISSIONS):
+            assert not can_i(
+                kubectl,
+                permission,
+                user=ROLE_ACCOUNTS[role],
+                namespace="trainscaler",
+                name=LEASE_NAME,
+            ), (role, permission)
 
 
 def test_pinned_kubectl_matches_the_server(admin: k8s.ApiClient, kubectl: str) -> None:

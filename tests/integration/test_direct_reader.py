@@ -19,10 +19,12 @@ from tests.integration.test_kube_adapter import (
     create_elastic_job,
     create_workload,
     kube,
+    outside_rbac,
     server,
 )
 from workers.adapters.kubernetes import KubeAdapter
 from workers.adapters.kubernetes.client import KubeClient
+from workers.adapters.kubernetes.rbac import EVENT_WORKER_PERMISSIONS
 from workers.targets import NoTargetError, check_target
 
 __all__ = ["adapter", "kube", "server"]  # fixtures
@@ -51,6 +53,7 @@ def test_direct_reads_agree_with_the_cache_and_open_no_watch(
     assert jobs[f"{NS}/dep"].policy == "edl"
     # One LIST of ElasticJobs and one per target kind they name; nothing else.
     assert counts == {("list", "elasticjobs"): 1, ("list", "deployments"): 1, ("list", "jobs"): 1}
+    assert outside_rbac(counts, EVENT_WORKER_PERMISSIONS) == set()  # the event worker's account
     server.reset_request_counts()
     assert direct.inquire().cpu_total_milli == 16_000
     assert _verbs(server.request_counts()) == {"list"}

@@ -28,7 +28,12 @@ from workers.adapters.kubernetes import KubeAdapter, install_crd
 from workers.adapters.kubernetes.cache import Informer
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS, ResourceKind
-from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
+from workers.adapters.kubernetes.rbac import (
+    PLANNER_PERMISSIONS,
+    REQUIRED_PERMISSIONS,
+    SCALE_WORKER_PERMISSIONS,
+    Permission,
+)
 from workers.settings import Settings
 
 T = TypeVar("T")
@@ -254,8 +259,11 @@ def lists_in(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
     return {key: n for key, n in counts.items() if key[0] == "list"}
 
 
-def outside_rbac(counts: dict[tuple[str, str], int]) -> set[tuple[str, str]]:
-    allowed = {(p.verb, p.resource) for p in REQUIRED_PERMISSIONS}
+def outside_rbac(
+    counts: dict[tuple[str, str], int], granted: frozenset[Permission] = REQUIRED_PERMISSIONS
+) -> set[tuple[str, str]]:
+    """Requests ``granted`` (a role's set; all roles' by default) would not allow."""
+    allowed = {(p.verb, p.resource) for p in granted}
     # Discovery (non-resource URLs) is granted to every user by system:discovery.
     return {key for key in counts if key[1] and key not in allowed}
 
@@ -268,6 +276,7 @@ def test_cache_lists_once_then_serves_reads_from_watches(
 ) -> None:
     create_workload(kube, "Deployment", "alpha", replicas=2)
     create_elastic_job(kube, "alpha")
+    server.reset_request_counts()
     reader = adapter.cluster_reader()
     cluster = reader.inquire()
     assert cluster.node_count == 2 and cluster.cpu_total_milli == 16000
@@ -278,6 +287,8 @@ def test_cache_lists_once_then_serves_reads_from_watches(
     # The simulated controllers create 2 pods; the scheduler binds them.
     wait_for(lambda: reader.inquire().cpu_request_milli == 2000, what="pods in the cache")
     wait_for(lambda: all(s.watches for s in adapter.cache.stats().values()), what="watches open")
+    # The planner's own account allows every request of building its cache.
+    assert outside_rbac(server.request_counts(), PLANNER_PERMISSIONS) == set()
 
     server.reset_request_counts()
     for _ in range(20):
@@ -369,7 +380,8 @@ def test_scaler_scales_workloads_and_writes_status_and_events(
     after = scale(scaler, "ml/trainer", 3, reason="grew 1 -> 3", policy="edl", rule="edl.scale_up")
     counts = server.request_counts()
     assert after == 3 and target_replicas(kube, kind, "trainer") == 3
-    assert outside_rbac(counts) == set()
+    # The scale worker's own account allows every request of the scale path.
+    assert outside_rbac(counts, SCALE_WORKER_PERMISSIONS) == set()
     # Without the planner's copy: one read of the ElasticJob, then the target read
     # before each write (the loopback workload controller may still be writing the
     # new workload's status: a 409, re-read), one event, one status write.

@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from tests.integration.conftest import PREFIX, REPO, Procs, wait_for
+from tests.integration.metrics_scrape import metrics_env, sample, scrape, scrape_until
 from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeApiError, KubeClient
@@ -35,6 +36,7 @@ from workers.adapters.kubernetes.lease import (
     LeaderElector,
     LeaseRecord,
 )
+from workers.adapters.redis_server import free_port
 from workers.adapters.state_store import StateStore
 from workers.commands.planner import LOST_LEASE_EXIT
 
@@ -259,7 +261,11 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
     server, kubeconfig = cluster
     env = {**procs.env, **PLANNER_ENV, "TRAINSCALER_KUBECONFIG": str(kubeconfig)}
     procs.env = env
-    planners = {name: Planner(name, env, tmp_path) for name in ("planner-a", "planner-b")}
+    # Each planner serves its own /metrics (as each pod does), the standby included.
+    ports = {name: free_port() for name in ("planner-a", "planner-b")}
+    planners = {
+        name: Planner(name, {**env, **metrics_env(port)}, tmp_path) for name, port in ports.items()
+    }
     try:
         procs.beat("beat")
         leader_name = wait_for(
@@ -279,6 +285,17 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
         assert _rounds_by(store, standby.process.pid) == 0
         assert "ready." not in standby.text()
         assert _holder(server) == leader_name
+        # The standby's own endpoint answers: its Lease reads, no round.
+        standby_url = f"http://127.0.0.1:{ports[standby.name]}/metrics"
+        waiting = scrape_until(
+            standby_url,
+            lambda s: sample(s, "trainscaler_kube_api_requests_total", verb="GET", code="200") > 0,
+            timeout=30,
+            what="the standby's Lease reads counted",
+        )
+        assert sample(waiting, "trainscaler_autoscale_round_seconds_count") == 0
+        leading = scrape(f"http://127.0.0.1:{ports[leader.name]}/metrics")
+        assert sample(leading, "trainscaler_autoscale_round_seconds_count") >= 2
 
         transitions = _record(server).transitions
         # Killed in the middle of a round: it dies holding the round's lock.
@@ -313,6 +330,13 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
             lambda: _rounds_by(store, standby.process.pid) >= 2,
             timeout=60,
             what=f"rounds by the new leader; log: {standby.text()[-2000:]}",
+        )
+        # The listener the standby started serves the worker it now runs (one bind).
+        scrape_until(
+            standby_url,
+            lambda s: sample(s, "trainscaler_autoscale_round_seconds_count") >= 2,
+            timeout=30,
+            what="the new leader's rounds on its own endpoint",
         )
     finally:
         for planner in planners.values():

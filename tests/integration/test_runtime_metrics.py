@@ -10,17 +10,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
 from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler_core.models import ElasticJob, EpochReport, Resources
+from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources
 from tests.integration.conftest import PREFIX, Procs, wait_for
+from tests.integration.metrics_scrape import Samples, metrics_env, sample, scrape, scrape_until
 from workers.adapters.redis_server import free_port
 from workers.adapters.static_cluster import StaticCluster, StaticClusterReader, StaticNode
+from workers.scaling import ScaleCommand
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -42,50 +43,12 @@ def _cluster() -> StaticCluster:
     )
 
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Samples:
-    """Every sample at ``url`` (Prometheus text), keyed by name and sorted labels."""
-    text = httpx.get(url, timeout=10).raise_for_status().text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def scrape_until(
-    url: str, check: Callable[[Samples], bool], *, timeout: float, what: str
-) -> Samples:
-    """The first scrape of ``url`` that passes ``check`` (fails after ``timeout``)."""
-
-    def probe() -> Samples | None:
-        samples = scrape(url)
-        return samples if check(samples) else None
-
-    found = wait_for(probe, timeout=timeout, what=what)
-    assert found is not None
-    return found
-
-
-def sample(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def _metrics_env(port: int, directory: Path | None = None) -> dict[str, str]:
-    env = {"TRAINSCALER_WORKER_METRICS_PORT": str(port)}
-    if directory is not None:
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
-    return env
-
-
 def test_an_autoscale_round_with_a_change_shows_in_the_workers_own_metrics(
     procs, client_app, redis_client, store, recorder
 ) -> None:
     StaticClusterReader(redis_client, prefix=PREFIX).store(_cluster())
     port = free_port()
-    procs.worker("w1", extra_env=_metrics_env(port))
+    procs.worker("w1", extra_env=metrics_env(port))
     url = f"http://127.0.0.1:{port}/metrics"
     result = client_app.send_task("trainscaler.autoscale").get(timeout=30)
     assert result["ran"] is True and result["changes"] == 1
@@ -131,7 +94,7 @@ def test_a_prefork_worker_merges_its_children_and_forgets_dead_ones(
         concurrency=2,
         # Every child exits after one task: children come and go during the test.
         extra_args=("--max-tasks-per-child", "1"),
-        extra_env=_metrics_env(port, directory),
+        extra_env=metrics_env(port, directory),
     )
     url = f"http://127.0.0.1:{port}/metrics"
     assert not (directory / "counter_4242.db").exists()
@@ -155,6 +118,64 @@ def test_a_prefork_worker_merges_its_children_and_forgets_dead_ones(
     live_files = list(directory.glob("gauge_livesum_*.db"))
     assert len(live_files) == 2, live_files
     assert worker.alive()
+
+
+def _scale_command(job: str) -> dict[str, object]:
+    return ScaleCommand(
+        job=job,
+        target=2,
+        generation=1,
+        reason=Reason(rule="test", message="scale from the test"),
+        source="schedule",
+    ).model_dump(mode="json")
+
+
+def test_a_prefork_workers_endpoint_sums_the_scales_of_both_children(
+    procs: Procs, client_app, redis_client, recorder, tmp_path: Path
+) -> None:
+    """Two children each count one scale; one scrape of the pod's port shows both.
+
+    Without multiprocess mode the endpoint serves the main process's registry,
+    which never runs a task: it would show 0, not 2.
+    """
+    directory = tmp_path / "prometheus"
+    port = free_port()
+    procs.worker(
+        "pf2",
+        pool="prefork",
+        concurrency=2,
+        queues="cluster-writes",
+        # Longer than the pause below: the held message must not be redelivered.
+        extra_env={**metrics_env(port, directory), "TRAINSCALER_BROKER_VISIBILITY_TIMEOUT": "120"},
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    # The first scale holds its child inside the scaler, so the second one can
+    # only run in the other child (prefetch 1, late acks: a busy child takes nothing).
+    redis_client.set(f"{PREFIX}faults:pause:scale", "20")
+    client_app.send_task("trainscaler.scale", args=[_scale_command("default/first")])
+    paused = wait_for(
+        lambda: redis_client.get(f"{PREFIX}faults:paused:scale"),
+        timeout=30,
+        what="the first scale paused in its child",
+    )
+    first_pid = json.loads(paused)["pid"]
+    client_app.send_task("trainscaler.scale", args=[_scale_command("default/second")])
+    wait_for(lambda: len(recorder.applied_log()) == 2, timeout=60, what="both scales applied")
+    applied_by = {str(entry["job"]): entry["pid"] for entry in recorder.applied_log()}
+    assert applied_by["default/first"] == first_pid
+    assert applied_by["default/second"] != first_pid, applied_by  # the other child
+
+    samples = scrape_until(
+        url,
+        lambda s: sample(s, "trainscaler_scale_operations_total", result="scaled") >= 2,
+        timeout=20,
+        what="both children's scales summed",
+    )
+    assert sample(samples, "trainscaler_scale_operations_total", result="scaled") == 2
+    assert sample(samples, "trainscaler_worker_pool_processes") == 2
+    # Each child wrote its own file: the sum is the endpoint's merge, not one process.
+    counted_by = {int(p.stem.rsplit("_", 1)[1]) for p in directory.glob("counter_*.db")}
+    assert {applied_by["default/first"], applied_by["default/second"]} <= counted_by
 
 
 def test_flower_serves_celery_task_metrics(procs: Procs, client_app) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from scheduler_core.models import EpochReport
 from tests.integration.conftest import PREFIX, Procs, wait_for
+from tests.integration.metrics_scrape import sample, scrape_until
 from tests.integration.replay import replay_throughput
 from tests.integration.test_kube_adapter import NS, create_workload
-from tests.integration.test_runtime_metrics import sample, scrape_until
 from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient

@@ -15,15 +15,17 @@ from celpy.adapter import json_to_cel
 from scheduler_core.quantities import parse_quantity
 from workers.adapters.kubernetes.crd import ELASTICJOB_CRD, render_yaml
 from workers.adapters.kubernetes.rbac import (
-    API_PERMISSIONS,
     CLUSTER_READ_PERMISSIONS,
+    LEASE_NAMED_VERBS,
     LEASE_PERMISSIONS,
     NAMESPACED_PERMISSIONS,
     REQUIRED_PERMISSIONS,
+    ROLE_PERMISSIONS,
     Permission,
 )
 from workers.adapters.kubernetes.selectors import from_label_selector
 from workers.celery_app import CLUSTER_WRITES, CONTROL, EVENTS, TASK_ROUTES
+from workers.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -191,48 +193,204 @@ def test_crd_status_and_printer_columns() -> None:
 
 # --- RBAC ----------------------------------------------------------------------
 
+# What each role's code asks the API server for, written out here from reading
+# the code (not derived from deploy/ nor from workers/adapters/kubernetes/rbac.py):
+# (apiGroup, resource, verb). The integration tests check the real requests.
+EJ = "trainscaler.io"
+APPS_KINDS = ("deployments", "statefulsets", "replicasets")
+USES: dict[str, set[Permission]] = {
+    # cache.py: one LIST then a WATCH per cached kind; finish's direct.py listing.
+    "planner": {
+        Permission("", "nodes", "list"),
+        Permission("", "nodes", "watch"),
+        Permission("", "pods", "list"),
+        Permission("", "pods", "watch"),
+        *(Permission("apps", kind, verb) for kind in APPS_KINDS for verb in ("list", "watch")),
+        Permission("batch", "jobs", "list"),
+        Permission("batch", "jobs", "watch"),
+        Permission(EJ, "elasticjobs", "list"),
+        Permission(EJ, "elasticjobs", "watch"),
+    },
+    # scaler.py: GET/PUT of <kind>/scale, GET + merge PATCH of batch Jobs, GET of the
+    # ElasticJob (no planner copy, or after a 409), PUT of its /status; events.py: POST.
+    "scale-worker": {
+        *(
+            Permission("apps", f"{kind}/scale", verb)
+            for kind in APPS_KINDS
+            for verb in ("get", "update")
+        ),
+        Permission("batch", "jobs", "get"),
+        Permission("batch", "jobs", "patch"),
+        Permission(EJ, "elasticjobs", "get"),
+        Permission(EJ, "elasticjobs/status", "update"),
+        Permission("", "events", "create"),
+    },
+    # direct.py: paged LISTs of ElasticJobs and the built-in kinds they target, and
+    # submit's one GET of an ElasticJob (has_elastic_job).
+    "event-worker": {
+        Permission(EJ, "elasticjobs", "get"),
+        Permission(EJ, "elasticjobs", "list"),
+        *(Permission("apps", kind, "list") for kind in APPS_KINDS),
+        Permission("batch", "jobs", "list"),
+    },
+    # The same reader (GET /jobs, a submission's target check); /health asks /version.
+    "api": {
+        Permission(EJ, "elasticjobs", "get"),
+        Permission(EJ, "elasticjobs", "list"),
+        *(Permission("apps", kind, "list") for kind in APPS_KINDS),
+        Permission("batch", "jobs", "list"),
+    },
+}
+# lease.py: GET and PUT of the one Lease by name, POST to create it.
+LEASE_USES = {
+    Permission("coordination.k8s.io", "leases", "get"),
+    Permission("coordination.k8s.io", "leases", "update"),
+    Permission("coordination.k8s.io", "leases", "create"),
+}
+KUBE_ROLES = list(USES)
+NO_KUBERNETES = ["beat", "flower", "kubeml-api"]
 
-def granted(role: dict[str, Any]) -> set[Permission]:
-    permissions = set()
+
+def rules_of(role: dict[str, Any]) -> list[tuple[Permission, tuple[str, ...]]]:
+    """Each granted permission with the resourceNames it is limited to (() when none)."""
+    found = []
     for rule in role["rules"]:
-        assert "nonResourceURLs" not in rule and "resourceNames" not in rule
+        assert "nonResourceURLs" not in rule
+        names = tuple(rule.get("resourceNames", ()))
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
                     assert "*" not in (group, resource, verb), f"wildcard in {rule}"
-                    permissions.add(Permission(group, resource, verb))
-    return permissions
+                    found.append((Permission(group, resource, verb), names))
+    return found
 
 
-def test_cluster_role_grants_exactly_what_the_adapter_uses() -> None:
-    role = find("ClusterRole", "trainscaler-autoscaler")
-    assert granted(role) == set(REQUIRED_PERMISSIONS)
+def granted(role: dict[str, Any]) -> set[Permission]:
+    return {permission for permission, _ in rules_of(role)}
 
 
-def test_required_permissions_are_read_only_except_scale_status_and_events() -> None:
-    writes = {p for p in REQUIRED_PERMISSIONS if p.verb not in {"get", "list", "watch"}}
-    assert writes == {
-        Permission("apps", "deployments/scale", "update"),
-        Permission("apps", "statefulsets/scale", "update"),
-        Permission("apps", "replicasets/scale", "update"),
-        Permission("batch", "jobs", "patch"),
-        Permission("trainscaler.io", "elasticjobs/status", "update"),
-        Permission("", "events", "create"),
-    }
+def account_of(role: str) -> str:
+    spec = find("Deployment", f"trainscaler-{role}")["spec"]["template"]["spec"]
+    account: str = spec["serviceAccountName"]
+    return account
 
 
-def test_binding_gives_the_role_to_the_service_account() -> None:
-    binding = find("ClusterRoleBinding", "trainscaler-autoscaler")
-    account = find("ServiceAccount", "trainscaler")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "trainscaler-autoscaler",
-    }
+def bound_roles(
+    account: str, docs: list[dict[str, Any]]
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """(namespace or None for cluster-wide, role) of every binding naming ``account``."""
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": "trainscaler"}
+    found = []
+    for binding in docs:
+        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"}:
+            continue
+        if subject not in binding["subjects"]:
+            continue
+        ref = binding["roleRef"]
+        assert ref["apiGroup"] == "rbac.authorization.k8s.io"
+        namespace = (
+            binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        )
+        matches = [
+            d
+            for d in docs
+            if d["kind"] == ref["kind"]
+            and d["metadata"]["name"] == ref["name"]
+            and d["metadata"].get("namespace") == (namespace if ref["kind"] == "Role" else None)
+        ]
+        assert len(matches) == 1, f"{binding['metadata']['name']} refers to a missing {ref}"
+        found.append((namespace, matches[0]))
+    return found
+
+
+@pytest.mark.parametrize("role", KUBE_ROLES)
+def test_each_role_runs_as_its_own_account(role: str) -> None:
+    account = account_of(role)
+    assert account == f"trainscaler-{role}"
+    assert find("ServiceAccount", account)["metadata"]["namespace"] == "trainscaler"
+    spec = find("Deployment", f"trainscaler-{role}")["spec"]["template"]["spec"]
+    assert spec.get("automountServiceAccountToken", True) is True
+    others = [account_of(r) for r in KUBE_ROLES if r != role]
+    assert account not in others  # never shared: one role's rights are not another's
+
+
+@pytest.mark.parametrize("role", KUBE_ROLES)
+def test_each_roles_account_holds_exactly_what_its_code_uses(role: str) -> None:
+    bound = bound_roles(account_of(role), all_documents())
+    cluster_wide = set().union(*(granted(r) for ns, r in bound if ns is None))
+    assert cluster_wide == USES[role], (
+        f"missing {USES[role] - cluster_wide}, extra {cluster_wide - USES[role]}"
+    )
+    namespaced = {ns: granted(r) for ns, r in bound if ns is not None}
+    assert namespaced == ({"trainscaler": LEASE_USES} if role == "planner" else {})
+
+
+def test_only_the_scale_workers_write_to_the_cluster() -> None:
+    reads = {"get", "list", "watch"}
+    writers = {role for role in KUBE_ROLES if any(p.verb not in reads for p in USES[role])}
+    assert writers == {"scale-worker"}
+    for role in KUBE_ROLES:
+        bound = bound_roles(account_of(role), all_documents())
+        writes = {p for ns, r in bound if ns is None for p in granted(r) if p.verb not in reads}
+        assert (writes != set()) == (role == "scale-worker"), (role, writes)
+
+
+def test_the_planner_lease_is_named_wherever_kubernetes_allows_it() -> None:
+    role = find("Role", "trainscaler-planner-lease")
+    assert role["metadata"]["namespace"] == "trainscaler"
+    lease_name = Settings.model_fields["planner_lease_name"].default
+    # The deployed Lease name is the default one: nothing overrides it.
+    planner = find("Deployment", "trainscaler-planner")
+    assert "TRAINSCALER_PLANNER_LEASE_NAME" not in env_values(planner)
+    assert "TRAINSCALER_PLANNER_LEASE_NAME" not in find("ConfigMap", "trainscaler-settings")["data"]
+    limits = {permission.verb: names for permission, names in rules_of(role)}
+    assert set(limits) == {p.verb for p in LEASE_USES}
+    assert limits["get"] == limits["update"] == (lease_name,)
+    # A create's URL has no name (it is in the body): resourceNames never match a
+    # create, so that rule cannot name the Lease and must not try (it would deny it).
+    assert limits["create"] == ()
+    binding = find("RoleBinding", "trainscaler-planner-lease")
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "trainscaler", "namespace": "trainscaler"}
+        {"kind": "ServiceAccount", "name": "trainscaler-planner", "namespace": "trainscaler"}
     ]
-    assert account["metadata"]["namespace"] == "trainscaler"
+
+
+@pytest.mark.parametrize("name", NO_KUBERNETES)
+def test_pods_that_never_call_kubernetes_mount_no_token(name: str) -> None:
+    spec = find("Deployment", f"trainscaler-{name}")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+
+
+def test_the_permission_sets_in_code_are_the_ones_the_roles_use() -> None:
+    """rbac.py's sets (the integration tests check real requests against them) match USES."""
+    assert {role: set(p) for role, p in ROLE_PERMISSIONS.items()} == USES
+    assert (
+        set(REQUIRED_PERMISSIONS) == USES["planner"] | USES["scale-worker"] | USES["event-worker"]
+    )
+    assert set(LEASE_PERMISSIONS) == LEASE_USES
+    assert {p.verb for p in LEASE_PERMISSIONS} - LEASE_NAMED_VERBS == {"create"}
+
+
+def test_the_namespaced_alternative_grants_each_role_per_namespace() -> None:
+    docs = documents(NAMESPACED_RBAC)
+    capacity = {Permission("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")}
+    assert set(CLUSTER_READ_PERMISSIONS) == capacity
+    for role in KUBE_ROLES:
+        bound = bound_roles(f"trainscaler-{role}", docs)
+        cluster_wide = set().union(*(granted(r) for ns, r in bound if ns is None))
+        # Capacity is cluster-wide: only the planner, which plans with it, reads it.
+        assert cluster_wide == (capacity if role == "planner" else set()), role
+        in_team_a = set().union(*(granted(r) for ns, r in bound if ns == "team-a"))
+        assert in_team_a == USES[role] - capacity, role
+        assert {ns for ns, _ in bound} <= {None, "team-a"}
+    assert set(NAMESPACED_PERMISSIONS) == set(REQUIRED_PERMISSIONS) - capacity
+    for doc in docs:
+        if doc["kind"] in {"Role", "RoleBinding"}:
+            assert doc["metadata"]["namespace"] == "team-a"
+    kustomization = yaml.safe_load((NAMESPACED_RBAC.parent / "kustomization.yaml").read_text())
+    assert "namespace" not in kustomization  # the Roles keep their namespaces
+    assert kustomization["resources"] == [NAMESPACED_RBAC.name]
 
 
 # --- workloads -------------------------------------------------------------------
@@ -295,7 +453,7 @@ def test_the_planner_is_one_active_and_one_standby() -> None:
     planner = find("Deployment", "trainscaler-planner")
     assert planner["spec"]["replicas"] == 2
     assert container(planner)["command"][:2] == ["trainscaler", "planner"]
-    assert planner["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler"
+    assert planner["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler-planner"
     # The new pod is up (as the standby) before an old one goes.
     assert planner["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     # The Lease is taken in the pod's own namespace, where the lease Role grants it.
@@ -349,6 +507,53 @@ def test_resources_follow_the_issue_16_sizing() -> None:
         assert 256 * 2**20 <= memory_bytes(requests[role]["requests"]["memory"]) <= 512 * 2**20
     # The planner's cache: 496 MB RSS at 5,000 nodes (issue 16's baseline).
     assert memory_bytes(requests["planner"]["requests"]["memory"]) >= 496 * 10**6
+
+
+# Every pod serves its own /metrics; Prometheus finds them by the pod annotations.
+SCRAPED = {"planner": "metrics", "scale-worker": "metrics", "event-worker": "metrics"}
+SCRAPED_ELSEWHERE = {"api": "http", "flower": "http"}
+
+
+def container_port(workload: dict[str, Any], name: str) -> int:
+    ports = {p["name"]: p["containerPort"] for p in container(workload).get("ports", [])}
+    assert name in ports, (name, ports)
+    return int(ports[name])
+
+
+@pytest.mark.parametrize("role", [*SCRAPED, *SCRAPED_ELSEWHERE])
+def test_every_pod_is_scraped_on_the_port_it_serves(role: str) -> None:
+    workload = find("Deployment", f"trainscaler-{role}")
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    port = container_port(workload, {**SCRAPED, **SCRAPED_ELSEWHERE}[role])
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    if role in SCRAPED:
+        env = env_values(workload)
+        # The worker's listener (Settings.worker_metrics_port), reachable from outside the pod.
+        assert int(env["TRAINSCALER_WORKER_METRICS_PORT"]) == port
+        assert env["TRAINSCALER_WORKER_METRICS_ADDRESS"] == "0.0.0.0"
+
+
+@pytest.mark.parametrize("role", ["scale-worker", "event-worker"])
+def test_prefork_workers_merge_their_children_from_a_writable_directory(role: str) -> None:
+    """Without PROMETHEUS_MULTIPROC_DIR a prefork pod serves only its main process (0 tasks)."""
+    workload = find("Deployment", f"trainscaler-{role}")
+    main = container(workload)
+    assert "--pool" not in main["command"] and int(option(main["command"], "--concurrency")) > 1
+    directory = env_values(workload)["PROMETHEUS_MULTIPROC_DIR"]
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    # Its own emptyDir (the root filesystem is read-only): files live as long as the pod.
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volumes[mounts[directory]], volumes
+
+
+def test_the_planner_serves_its_solo_pool_without_a_multiprocess_directory() -> None:
+    # Solo: tasks run in the main process, whose registry the endpoint serves (a
+    # directory would be emptied at worker start under the standby's live files).
+    planner = find("Deployment", "trainscaler-planner")
+    assert "PROMETHEUS_MULTIPROC_DIR" not in env_values(planner)
 
 
 def test_beat_runs_redbeat_with_two_replicas() -> None:
@@ -419,42 +624,6 @@ def test_the_redis_url_holds_no_password(name: str) -> None:
     assert env["TRAINSCALER_REDIS_URL"]["value"] == "redis://trainscaler-redis:6379/0"
 
 
-def test_the_api_has_its_own_account_without_scale_rights() -> None:
-    api = find("Deployment", "trainscaler-api")
-    assert api["spec"]["template"]["spec"]["serviceAccountName"] == "trainscaler-api"
-    assert find("ServiceAccount", "trainscaler-api")["metadata"]["namespace"] == "trainscaler"
-    role = find("ClusterRole", "trainscaler-api-reader")
-    assert granted(role) == set(API_PERMISSIONS)
-    assert all(p.verb in {"get", "list", "watch"} and "/" not in p.resource for p in granted(role))
-    binding = find("ClusterRoleBinding", "trainscaler-api-reader")
-    assert binding["roleRef"]["name"] == "trainscaler-api-reader"
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "trainscaler-api", "namespace": "trainscaler"}
-    ]
-    # And nothing else binds the API's account.
-    for doc in all_documents():
-        if doc["kind"] in {"ClusterRoleBinding", "RoleBinding"} and doc != binding:
-            assert all(s["name"] != "trainscaler-api" for s in doc["subjects"]), doc["metadata"]
-
-
-def test_the_namespaced_alternative_grants_jobs_per_namespace_and_capacity_read_only() -> None:
-    docs = documents(NAMESPACED_RBAC)
-    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert len(cluster_roles) == 1 and granted(cluster_roles[0]) == set(CLUSTER_READ_PERMISSIONS)
-    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
-    assert granted(roles["trainscaler-autoscaler"]) == set(NAMESPACED_PERMISSIONS)
-    assert granted(roles["trainscaler-api-reader"]) == set(
-        API_PERMISSIONS - CLUSTER_READ_PERMISSIONS
-    )
-    assert NAMESPACED_PERMISSIONS | CLUSTER_READ_PERMISSIONS == REQUIRED_PERMISSIONS
-    for doc in docs:
-        if doc["kind"] in {"Role", "RoleBinding"}:
-            assert doc["metadata"]["namespace"] == "team-a"
-    kustomization = yaml.safe_load((NAMESPACED_RBAC.parent / "kustomization.yaml").read_text())
-    assert "namespace" not in kustomization  # the Roles keep their namespaces
-    assert kustomization["resources"] == [NAMESPACED_RBAC.name]
-
-
 def test_api_serves_on_port_8000() -> None:
     api = find("Deployment", "trainscaler-api")
     main = container(api)
@@ -509,22 +678,6 @@ def test_every_deployment_with_more_than_one_replica_has_a_pdb() -> None:
             and doc["metadata"]["name"] != "trainscaler-beat"
         ):
             assert any(b.matches(pod_labels(doc)) for b in budgets), doc["metadata"]["name"]
-
-
-def test_the_planner_lease_role_is_namespaced_and_exact() -> None:
-    role = find("Role", "trainscaler-planner-lease")
-    assert role["metadata"]["namespace"] == "trainscaler"
-    assert granted(role) == set(LEASE_PERMISSIONS)
-    binding = find("RoleBinding", "trainscaler-planner-lease")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "trainscaler-planner-lease",
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "trainscaler", "namespace": "trainscaler"}
-    ]
-    assert not LEASE_PERMISSIONS & REQUIRED_PERMISSIONS  # never granted cluster-wide
 
 
 def test_only_trainscaler_pods_reach_redis() -> None:

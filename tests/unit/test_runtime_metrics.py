@@ -112,3 +112,12 @@ def test_the_dashboard_sums_per_process_series_and_never_sums_scrape_time_gauges
         if names & gauges:
             # The same value on every API replica: summing would count it once per replica.
             assert not expr.startswith("sum"), expr
+        # No per-pod assumption: never grouped or filtered by the scraped target's labels.
+        grouped = {
+            label.strip()
+            for clause in re.findall(r"\bby \(([^)]*)\)", expr)
+            for label in clause.split(",")
+        }
+        per_pod = {"pod", "instance", "kubernetes_pod_name", "pod_name", "job", "hostname"}
+        assert not grouped & per_pod, expr
+        assert not re.search(r"\b(pod|instance|kubernetes_pod_name)=~?\"", expr), expr

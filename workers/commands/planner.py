@@ -81,11 +81,13 @@ def run_planner(
     # Imported here: the CLI's other commands must not load Celery or Kubernetes.
     from workers.adapters.kubernetes.client import MonotonicClock, WallClock
     from workers.adapters.kubernetes.lease import ElectionTiming, LeaderElector
-    from workers.celery_app import app
+    from workers.celery_app import app, worker_exposition
     from workers.observability.logs import configure_logging
     from workers.tasks import runtime
 
     configure_logging(settings)
+    # The standby serves /metrics too (its Lease requests count); the worker keeps it.
+    worker_exposition.serve()
     identity = planner_identity(settings)
     namespace = lease_namespace(settings)
     elector = LeaderElector(

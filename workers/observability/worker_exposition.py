@@ -18,6 +18,10 @@ module calls it once):
   found at the next scrape (its pid is gone) and marked dead then.
 * ``worker_shutdown``: the listener closes.
 
+``serve`` starts the listener before any worker runs: the planner's standby
+(``trainscaler planner`` waiting for its Lease) serves its own ``/metrics``
+too, and the worker it then runs in the same process keeps that listener.
+
 Counters and histograms of exited children stay in the directory on purpose:
 a counter must not go down when a child is replaced.
 """
@@ -103,6 +107,7 @@ class WorkerExposition:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._processes: Gauge | None = None
+        self._prepared = False
 
     @property
     def enabled(self) -> bool:
@@ -116,22 +121,19 @@ class WorkerExposition:
         registry.register(LivePoolCollector(self._directory))
         return registry
 
-    def on_worker_init(self, sender: Any = None, **_: Any) -> None:
-        if self._directory is not None:
-            # Before the pool forks: nothing has written to the directory in this run yet.
-            os.makedirs(self._directory, exist_ok=True)
-            remove_stale_files(self._directory)
-        if not self.enabled:
+    def _prepare_directory(self) -> None:
+        """Once per process, before the pool forks: an earlier run's files go."""
+        if self._directory is None or self._prepared:
             return
-        if self._directory is None:
-            pool = repr(getattr(sender, "pool_cls", ""))
-            concurrency = int(getattr(sender, "concurrency", 1) or 1)
-            if concurrency > 1 and "solo" not in pool and "thread" not in pool:
-                log.warning(
-                    "PROMETHEUS_MULTIPROC_DIR is not set: the metrics of this worker's "
-                    "%d pool processes are not exposed, only its main process's",
-                    concurrency,
-                )
+        self._prepared = True
+        os.makedirs(self._directory, exist_ok=True)
+        remove_stale_files(self._directory)
+
+    def serve(self) -> None:
+        """Start the listener, once per process (no-op without a port)."""
+        self._prepare_directory()
+        if not self.enabled or self._server is not None:
+            return
         self._server, self._thread = start_http_server(
             self._settings.worker_metrics_port,
             addr=self._settings.worker_metrics_address,
@@ -143,6 +145,22 @@ class WorkerExposition:
             self._settings.worker_metrics_port,
             f"multiprocess: {self._directory}" if self._directory else "this process",
         )
+
+    def on_worker_init(self, sender: Any = None, **_: Any) -> None:
+        # Before the pool forks: nothing has written to the directory in this run yet.
+        self._prepare_directory()
+        if not self.enabled:
+            return
+        if self._directory is None:
+            pool = repr(getattr(sender, "pool_cls", ""))
+            concurrency = int(getattr(sender, "concurrency", 1) or 1)
+            if concurrency > 1 and "solo" not in pool and "thread" not in pool:
+                log.warning(
+                    "PROMETHEUS_MULTIPROC_DIR is not set: the metrics of this worker's "
+                    "%d pool processes are not exposed, only its main process's",
+                    concurrency,
+                )
+        self.serve()
 
     def on_process_init(self, **_: Any) -> None:
         if not self.enabled:

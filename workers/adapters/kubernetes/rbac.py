@@ -1,12 +1,23 @@
-"""Every (apiGroup, resource, verb) the adapter's requests need, and nothing more.
+"""Every (apiGroup, resource, verb) each role's requests need, and nothing more.
 
-``deploy/rbac.yaml``'s ClusterRole must grant exactly this set (a unit test
-checks it), and the integration test checks that the requests the adapter
-really makes against the loopback API server stay inside it.
+Each role runs as its own ServiceAccount with only what its code path asks
+for (issue 16, least privilege per role):
+
+* planner (``control``: autoscale, finish, lease sweep): the list-and-watch
+  cache (``cache.py``), ``finish``'s targeted listing (``direct.py``), and its
+  Lease (``lease.py``, a Role in trainscaler's own namespace);
+* scale workers (``cluster-writes``: scale): ``scaler.py`` and ``events.py``;
+* event workers (``events``: submit, report_epoch, schedule) and the HTTP API
+  (``GET /jobs``, submissions): ``direct.py``, paged LISTs and one GET.
+
+``deploy/rbac.yaml`` grants each account exactly its set (a unit test checks
+it against its own list), and the integration tests check that the requests
+each path really makes against the loopback API server stay inside its set.
 
 Custom resources behind ``/scale`` (Kubeflow PyTorchJob, Volcano Job...) are
 per installation: grant ``get`` and ``update`` on ``<plural>/scale`` of their
-group in an extra Role (see docs/kubernetes.md).
+group to the scale workers (and ``get`` to the planner, event workers and
+API, which read their replica counts) in an extra Role (see docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -26,46 +37,72 @@ def _grant(api_group: str, resources: tuple[str, ...], verbs: tuple[str, ...]) -
     return {Permission(api_group, r, v) for r in resources for v in verbs}
 
 
-REQUIRED_PERMISSIONS: frozenset[Permission] = frozenset(
-    # cache.py: one LIST then WATCH per kind.
+_APPS_KINDS = ("deployments", "statefulsets", "replicasets")
+
+PLANNER_PERMISSIONS: frozenset[Permission] = frozenset(
+    # cache.py: one LIST then WATCH per kind (capacity, scale targets, ElasticJobs);
+    # finish's direct.py listing needs nothing more.
     _grant("", ("nodes", "pods"), ("list", "watch"))
-    | _grant("apps", ("deployments", "statefulsets", "replicasets"), ("list", "watch"))
+    | _grant("apps", _APPS_KINDS, ("list", "watch"))
     | _grant("batch", ("jobs",), ("list", "watch"))
     | _grant(GROUP, (PLURAL,), ("list", "watch"))
-    # scaler.py: read the job when not cached or after a 409, then write its status.
-    | _grant(GROUP, (PLURAL,), ("get",))
+)
+
+SCALE_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
+    # scaler.py: read the job when the planner sent no copy or after a 409, then
+    # write its status through /status only.
+    _grant(GROUP, (PLURAL,), ("get",))
     | _grant(GROUP, (f"{PLURAL}/status",), ("update",))
     # scaler.py: Scale read and replaced with its resourceVersion as precondition.
-    | _grant(
-        "apps", ("deployments/scale", "statefulsets/scale", "replicasets/scale"), ("get", "update")
-    )
+    | _grant("apps", tuple(f"{kind}/scale" for kind in _APPS_KINDS), ("get", "update"))
     # scaler.py: batch/v1 Jobs through spec.parallelism (merge patch).
     | _grant("batch", ("jobs",), ("get", "patch"))
-    # events.py
+    # events.py: ScaledUp / ScaledDown / ScaleFailed on the ElasticJob.
     | _grant("", ("events",), ("create",))
 )
 
-# DEPLOY (issue 16): the planner's leader election, one coordination.k8s.io Lease
-# in trainscaler's own namespace: a Role there, never cluster-wide
-# (deploy/leader-election.yaml; a unit test keeps them equal).
+EVENT_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
+    # direct.py: elastic_jobs (paged LISTs of ElasticJobs and the built-in kinds
+    # they target) and has_elastic_job (submit's one GET). No watch, no cache.
+    _grant(GROUP, (PLURAL,), ("get", "list"))
+    | _grant("apps", _APPS_KINDS, ("list",))
+    | _grant("batch", ("jobs",), ("list",))
+)
+
+# The HTTP API reads through the same uncached reader (``GET /jobs``, a
+# submission's target check); ``GET /health`` asks ``/version`` (a non-resource
+# URL every account may read). No scale, status, event or watch rights.
+API_PERMISSIONS: frozenset[Permission] = EVENT_WORKER_PERMISSIONS
+
+ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
+    "planner": PLANNER_PERMISSIONS,
+    "scale-worker": SCALE_WORKER_PERMISSIONS,
+    "event-worker": EVENT_WORKER_PERMISSIONS,
+    "api": API_PERMISSIONS,
+}
+
+# One worker consuming every queue (``celery -A workers worker`` as the
+# end-to-end tests and a single-process setup run it) needs the union.
+REQUIRED_PERMISSIONS: frozenset[Permission] = (
+    PLANNER_PERMISSIONS | SCALE_WORKER_PERMISSIONS | EVENT_WORKER_PERMISSIONS
+)
+
+# The planner's leader election, one coordination.k8s.io Lease in trainscaler's
+# own namespace: a Role there, never cluster-wide (deploy/leader-election.yaml).
+# get and update name the Lease (``resourceNames``); create cannot: a POST's
+# URL has no name (it is in the body), so Kubernetes never matches resourceNames
+# on create.
 LEASE_PERMISSIONS: frozenset[Permission] = frozenset(
     _grant("coordination.k8s.io", ("leases",), ("get", "create", "update"))
 )
+LEASE_NAMED_VERBS: frozenset[str] = frozenset({"get", "update"})
 
-# Capacity is cluster-wide (every node, every live pod uses it): read-only, and
-# the only cluster-scoped grant the namespaced alternative keeps.
+# Capacity is cluster-wide (every node, every live pod uses it): read-only, the
+# planner's only cluster-scoped grant in the namespaced alternative.
 CLUSTER_READ_PERMISSIONS: frozenset[Permission] = frozenset(
     _grant("", ("nodes", "pods"), ("list", "watch"))
 )
 
 # Everything else is per namespace: with ``TRAINSCALER_NAMESPACES`` set, a Role
-# with these in each listed namespace (deploy/namespaced/rbac-namespaced.yaml).
+# per role with these in each listed namespace (deploy/namespaced/rbac-namespaced.yaml).
 NAMESPACED_PERMISSIONS: frozenset[Permission] = REQUIRED_PERMISSIONS - CLUSTER_READ_PERMISSIONS
-
-# The HTTP API only reads (``GET /jobs`` lists ElasticJobs, ``GET /health``): its own
-# ServiceAccount gets the read verbs and no scale, status or event rights.
-API_PERMISSIONS: frozenset[Permission] = frozenset(
-    p
-    for p in REQUIRED_PERMISSIONS
-    if p.verb in {"get", "list", "watch"} and "/" not in p.resource  # no subresources
-)
