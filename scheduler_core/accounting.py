@@ -230,27 +230,52 @@ def inquire(
         if node_name:
             bound[node_name] = add_resource_list(bound.get(node_name, {}), pod_request)
 
-    cpu_idle: dict[str, int] = {}
-    memory_free: dict[str, int] = {}
-    gpu_free: dict[str, int] = {}
+    rooms: dict[str, tuple[int, int, int]] = {}
     for node in node_list:
-        if not node_offers_room(node):
-            continue
-        name = _name(node)
-        node_allocatable = resource_list(_node_allocatable(node))
-        used = bound.get(name, {})
-        # Convert allocatable and the exact request sum once each, then
-        # subtract: idle + converted requests == converted allocatable.
-        cpu_idle[name] = to_milli(_amount(node_allocatable, CPU)) - to_milli(_amount(used, CPU))
-        memory_free[name] = to_mega(_amount(node_allocatable, MEMORY)) - to_mega(
-            _amount(used, MEMORY)
-        )
-        gpu_free[name] = to_units(_amount(node_allocatable, gpu_resource)) - to_units(
-            _amount(used, gpu_resource)
-        )
-
-    return ClusterResource(
+        if node_offers_room(node):
+            name = _name(node)
+            rooms[name] = node_room(
+                resource_list(_node_allocatable(node)),
+                bound.get(name, {}),
+                gpu_resource=gpu_resource,
+            )
+    return cluster_resource(
         node_count=len(node_list),
+        allocatable=allocatable,
+        requests=requests,
+        limits=limits,
+        rooms=rooms,
+        gpu_resource=gpu_resource,
+    )
+
+
+def node_room(
+    allocatable: Mapping[str, Fraction], used: Mapping[str, Fraction], *, gpu_resource: str
+) -> tuple[int, int, int]:
+    """A node's (milli-CPU, mega memory, GPUs) room: allocatable minus the bound requests.
+
+    Allocatable and the exact request sum are converted once each, then
+    subtracted: room + converted requests == converted allocatable.
+    """
+    return (
+        to_milli(_amount(allocatable, CPU)) - to_milli(_amount(used, CPU)),
+        to_mega(_amount(allocatable, MEMORY)) - to_mega(_amount(used, MEMORY)),
+        to_units(_amount(allocatable, gpu_resource)) - to_units(_amount(used, gpu_resource)),
+    )
+
+
+def cluster_resource(
+    *,
+    node_count: int,
+    allocatable: Mapping[str, Fraction],
+    requests: Mapping[str, Fraction],
+    limits: Mapping[str, Fraction],
+    rooms: Mapping[str, tuple[int, int, int]],
+    gpu_resource: str,
+) -> ClusterResource:
+    """The ``ClusterResource`` of exact sums and per-node rooms (``node_room``)."""
+    return ClusterResource(
+        node_count=node_count,
         gpu_request=to_units(_amount(requests, gpu_resource)),
         gpu_limit=to_units(_amount(limits, gpu_resource)),
         gpu_total=to_units(_amount(allocatable, gpu_resource)),
@@ -261,9 +286,9 @@ def inquire(
         memory_limit_mega=to_mega(_amount(limits, MEMORY)),
         memory_total_mega=to_mega(_amount(allocatable, MEMORY)),
         nodes=NodeResources(
-            nodes_cpu_idle_milli=cpu_idle,
-            nodes_memory_free_mega=memory_free,
-            nodes_gpu_free=gpu_free,
+            nodes_cpu_idle_milli={name: room[0] for name, room in rooms.items()},
+            nodes_memory_free_mega={name: room[1] for name, room in rooms.items()},
+            nodes_gpu_free={name: room[2] for name, room in rooms.items()},
         ),
     )
 

@@ -23,18 +23,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from scheduler_core.accounting import (
-    CPU,
-    MEMORY,
     KubeObject,
     ResourceList,
+    cluster_resource,
     node_offers_room,
+    node_room,
     pod_is_terminated,
     pod_limits,
     pod_requests,
     resource_list,
 )
-from scheduler_core.models import DEFAULT_GPU_RESOURCE, ClusterResource, NodeResources
-from scheduler_core.quantities import to_mega, to_milli, to_units
+from scheduler_core.models import DEFAULT_GPU_RESOURCE, ClusterResource
 
 _ZERO = Fraction(0)
 _MAX_SHAPES = 4096
@@ -57,10 +56,6 @@ class _Pod:
 def _add(total: dict[str, Fraction], change: Mapping[str, Fraction], sign: int) -> None:
     for name, quantity in change.items():
         total[name] = total.get(name, _ZERO) + sign * quantity
-
-
-def _amount(resources: Mapping[str, Fraction], name: str) -> Fraction:
-    return resources.get(name, _ZERO)
 
 
 class ClusterLedger:
@@ -164,44 +159,24 @@ class ClusterLedger:
 
     def snapshot(self) -> ClusterResource:
         """EDL ``InquiryResource`` over what the ledger was told: ``inquire``'s answer."""
-        gpu = self._gpu_resource
-        cpu_idle: dict[str, int] = {}
-        memory_free: dict[str, int] = {}
-        gpu_free: dict[str, int] = {}
-        rooms = self._room
+        rooms: dict[str, tuple[int, int, int]] = {}
+        cached = self._room
         for node in self._nodes.values():
             if not node.offers_room:
                 continue
-            room = rooms.get(node.name)
+            room = cached.get(node.name)
             if room is None:
-                room = rooms[node.name] = self._room_of(node)
-            cpu_idle[node.name], memory_free[node.name], gpu_free[node.name] = room
-        allocatable, requests, limits = self._allocatable, self._requests, self._limits
-        return ClusterResource(
+                room = cached[node.name] = node_room(
+                    node.allocatable,
+                    self._bound.get(node.name, {}),
+                    gpu_resource=self._gpu_resource,
+                )
+            rooms[node.name] = room
+        return cluster_resource(
             node_count=len(self._nodes),
-            gpu_request=to_units(_amount(requests, gpu)),
-            gpu_limit=to_units(_amount(limits, gpu)),
-            gpu_total=to_units(_amount(allocatable, gpu)),
-            cpu_request_milli=to_milli(_amount(requests, CPU)),
-            cpu_limit_milli=to_milli(_amount(limits, CPU)),
-            cpu_total_milli=to_milli(_amount(allocatable, CPU)),
-            memory_request_mega=to_mega(_amount(requests, MEMORY)),
-            memory_limit_mega=to_mega(_amount(limits, MEMORY)),
-            memory_total_mega=to_mega(_amount(allocatable, MEMORY)),
-            nodes=NodeResources(
-                nodes_cpu_idle_milli=cpu_idle,
-                nodes_memory_free_mega=memory_free,
-                nodes_gpu_free=gpu_free,
-            ),
-        )
-
-    def _room_of(self, node: _Node) -> tuple[int, int, int]:
-        # As inquire: convert allocatable and the exact request sum once each, then subtract.
-        used = self._bound.get(node.name, {})
-        have = node.allocatable
-        return (
-            to_milli(_amount(have, CPU)) - to_milli(_amount(used, CPU)),
-            to_mega(_amount(have, MEMORY)) - to_mega(_amount(used, MEMORY)),
-            to_units(_amount(have, self._gpu_resource))
-            - to_units(_amount(used, self._gpu_resource)),
+            allocatable=self._allocatable,
+            requests=self._requests,
+            limits=self._limits,
+            rooms=rooms,
+            gpu_resource=self._gpu_resource,
         )
