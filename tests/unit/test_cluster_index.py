@@ -132,3 +132,4 @@ def test_the_index_matches_a_recount_after_any_events(
             expected = recounted_pods(informers["pod"], namespace, selector)
             assert (got.count, got.unschedulable) == (expected.count, expected.unschedulable)
             assert got.first is expected.first
+            assert got.placement == expected.placement  # goodput predicts its grows from it

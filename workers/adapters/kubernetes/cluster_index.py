@@ -24,7 +24,7 @@ from typing import Any
 from scheduler_core.accounting import pod_is_unschedulable
 from scheduler_core.ledger import ClusterLedger
 from scheduler_core.models import DEFAULT_GPU_RESOURCE, ClusterResource
-from workers.adapters.kubernetes.jobs import TargetPods
+from workers.adapters.kubernetes.jobs import TargetPods, placement_of
 from workers.adapters.kubernetes.selectors import Selector
 
 JsonObject = Mapping[str, Any]
@@ -145,6 +145,7 @@ class PodsBySelector:
             count=len(found),
             unschedulable=sum(1 for pod in found if pod.unschedulable),
             first=first.pod if first is not None else None,
+            placement=placement_of([pod.pod for pod in found]),
         )
         return bucket, self._changed.get(bucket, 0), pods
 

@@ -142,7 +142,7 @@ class TargetPods:
             count=len(pods),
             unschedulable=sum(1 for pod in pods if pod_is_unschedulable(pod)),
             first=pods[0] if pods else None,
-            placement=_placement(pods),
+            placement=placement_of(pods),
         )
 
     def same_as(self, other: TargetPods) -> bool:
@@ -218,7 +218,7 @@ def elastic_job_of(
     )
 
 
-def _placement(pods: Sequence[JsonObject]) -> dict[str, int]:
+def placement_of(pods: Sequence[JsonObject]) -> dict[str, int]:
     """The job's live pods per node (``spec.nodeName``): goodput predicts its grows from it."""
     out: dict[str, int] = {}
     for pod in pods:
