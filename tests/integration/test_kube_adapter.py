@@ -286,6 +286,14 @@ def test_cache_lists_once_then_serves_reads_from_watches(
     assert job.current_replicas == 2 and job.requests.cpu_milli == 1000
     # The simulated controllers create 2 pods; the scheduler binds them.
     wait_for(lambda: reader.inquire().cpu_request_milli == 2000, what="pods in the cache")
+    # Goodput predicts its grows from where the job's pods run: the bound pods per node.
+    placed = wait_for(
+        lambda: sum(reader.elastic_jobs()[0].placement.values()) == 2 or None,
+        what="alpha's placement",
+    )
+    assert placed and set(reader.elastic_jobs()[0].placement) <= set(
+        reader.inquire().nodes.nodes_gpu_free
+    )
     wait_for(lambda: all(s.watches for s in adapter.cache.stats().values()), what="watches open")
     # The planner's own account allows every request of building its cache.
     assert outside_rbac(server.request_counts(), PLANNER_PERMISSIONS) == set()
