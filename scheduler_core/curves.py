@@ -19,7 +19,9 @@ A :class:`Curve` answers, from those points alone (no fitted shape):
 * ``efficiency(n)``: speedup per replica against one replica (one replica's
   time is measured, or bounded by the best GPU-seconds per unit seen);
 * ``efficient_size(threshold)``: the largest measured count whose efficiency
-  is at least ``threshold``, and whether a probe beyond it is due.
+  is at least ``threshold``, and whether a probe beyond it is due;
+* ``queue_size(weight)``: the size that pays for its GPUs when ``weight``
+  other jobs per GPU compete for them (rule goodput.queue).
 
 Everything is stdlib: this module is part of the pure core.
 """
@@ -133,6 +135,30 @@ class Curve:
         best = min(best, max_replicas)
         probe = self.still_scaling() and self.largest < max_replicas and best == self.largest
         return best, probe
+
+    def queue_size(
+        self, weight: float, *, min_replicas: int, max_replicas: int
+    ) -> tuple[int, bool] | None:
+        """Rule goodput.queue: (size, probe) minimising t(n) x (1 + n x ``weight``).
+
+        t(n) is seconds per unit; times the job's remaining units (a constant
+        factor) it is the remaining time R(n). Holding n GPUs for R(n) seconds
+        delays every other job in the cluster by about n x R(n) / cluster GPUs
+        (fluid approximation), so with ``weight`` = other jobs / cluster GPUs
+        the objective is the job's own time plus the delay it causes.
+        Candidates: the measured counts within [min, max] and, while the curve
+        still scales, twice the largest (the probe, clamped to the bounds).
+        Alone, a job takes its fastest size; behind a long queue, the size
+        with the fewest GPU-seconds. Ties go to the smaller size. ``None``
+        when no candidate is within bounds.
+        """
+        candidates = [n for n in self.replicas if min_replicas <= n <= max_replicas]
+        if self.still_scaling() and self.largest < max_replicas:
+            candidates.append(min(max(2 * self.largest, min_replicas), max_replicas))
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda n: (self.unit_time(n) * (1 + n * weight), n))
+        return best, best > self.largest
 
 
 def packed_nodes(replicas: int, gpus_per_node: int) -> int:

@@ -1,0 +1,105 @@
+"""Rule goodput.queue (the size a job is given), as tables of hand-computed cases.
+
+The size minimises t(n) x (1 + n x w), w = other jobs / cluster GPUs: the
+job's own remaining time plus the delay its GPU-seconds cause the others.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler_core.curves import Curve, CurvePoint
+from scheduler_core.goodput_books import GoodputApp, GoodputJob
+from scheduler_core.policies.base import PolicyInput
+from scheduler_core.policies.goodput import GoodputParams, GoodputState
+from scheduler_core.registry import decide
+from tests.unit.test_goodput import cluster, decision_of, job
+
+
+def _curve(points: dict[int, float], threshold: float = 0.9) -> Curve:
+    return Curve.from_points(
+        [[CurvePoint(replicas=n, seconds_per_unit=t) for n, t in points.items()]],
+        threshold=threshold,
+    )
+
+
+# Efficiency 1, 0.909, 0.8, 0.625: not still scaling at 8 (0.625 < 0.9), no probe.
+FLAT = {1: 8.0, 2: 4.4, 4: 2.5, 8: 1.6}
+# Efficiency 1 up to 4: still scaling, the probe at 8 is predicted at t = 0.5.
+LINEAR = {1: 4.0, 2: 2.0, 4: 1.0}
+
+
+@pytest.mark.parametrize(
+    ("points", "weight", "bounds", "expected"),
+    [
+        # Alone (w = 0): the fastest measured size.
+        (FLAT, 0.0, (1, 64), (8, False)),
+        # w = 1/64: 8 x 1.016 = 8.125, 4.4 x 1.031 = 4.54, 2.5 x 1.0625 = 2.66, 1.6 x 1.125 = 1.8.
+        (FLAT, 1 / 64, (1, 64), (8, False)),
+        # w = 0.5: 8 x 1.5 = 12, 4.4 x 2 = 8.8, 2.5 x 3 = 7.5, 1.6 x 5 = 8: 4.
+        (FLAT, 0.5, (1, 64), (4, False)),
+        # w = 2: 8 x 3 = 24, 4.4 x 5 = 22, 2.5 x 9 = 22.5, 1.6 x 17 = 27.2: 2.
+        (FLAT, 2.0, (1, 64), (2, False)),
+        # w = 10: 8 x 11 = 88 < 4.4 x 21 = 92.4: 1 (fewest GPU-seconds).
+        (FLAT, 10.0, (1, 64), (1, False)),
+        # Bounds: only measured counts within [2, 4]: w = 0 gives 4.
+        (FLAT, 0.0, (2, 4), (4, False)),
+        # Still scaling: the probe at 8 (0.5 x 9 = 4.5 < 1 x 5 = 5 at w = 1).
+        (LINEAR, 1.0, (1, 16), (8, True)),
+        # ... but never past max_replicas: 4, no probe.
+        (LINEAR, 0.0, (1, 4), (4, False)),
+        # Measured counts below min 3: only the probe (clamped to max 3) is a candidate.
+        ({1: 4.0, 2: 2.0}, 0.0, (3, 3), (3, True)),
+        # Nothing within bounds and not scaling (efficiency 0.5 at 2): no size from this rule.
+        ({1: 1.0, 2: 1.0}, 0.0, (4, 8), None),
+    ],
+)
+def test_queue_size(
+    points: dict[int, float],
+    weight: float,
+    bounds: tuple[int, int],
+    expected: tuple[int, bool] | None,
+) -> None:
+    low, high = bounds
+    got = _curve(points).queue_size(weight, min_replicas=low, max_replicas=high)
+    assert got == expected
+
+
+def test_ties_go_to_the_smaller_size() -> None:
+    # w = 1: t(1) x 2 = 4 x 2 = 8, t(2) x 3 = (8/3) x 3 = 8: a tie, 1 wins.
+    curve = _curve({1: 4.0, 2: 8 / 3}, threshold=0.9)
+    assert curve.queue_size(1.0, min_replicas=1, max_replicas=2) == (1, False)
+
+
+def _state(points: dict[int, float]) -> GoodputState:
+    book = GoodputJob(application="app", total_epochs=10, epochs_done=5)
+    app = GoodputApp(
+        points=[CurvePoint(replicas=n, seconds_per_unit=t) for n, t in points.items()],
+        total_units=1000.0,
+        total_measured=True,
+    )
+    return GoodputState(jobs={"default/a": book}, apps={"app": app}, last_now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("others", "target", "weight"),
+    [
+        # 16 GPUs, alone (w = 0): 8 (the fastest), although efficiency(8) = 0.625 < 0.9.
+        (0, 8, 0.0),
+        # 8 blind jobs besides it (each takes 1 free GPU): w = 8/16 = 0.5: 4 (table above).
+        (8, 4, 0.5),
+    ],
+)
+def test_a_start_is_sized_by_the_queue(others: int, target: int, weight: float) -> None:
+    blind = tuple(job(f"b{i}", application=None) for i in range(others))
+    request = PolicyInput(
+        jobs=(job("a", max_replicas=16), *blind),
+        cluster=cluster([4, 4, 4, 4]),
+        now=60.0,
+    )
+    params = GoodputParams(max_load_desired=1.0)
+    plan = decide("goodput", request, state=_state(FLAT), params=params).plan
+    decision = decision_of(plan, "default/a")
+    assert (decision.target, decision.reason.rule) == (target, "goodput.start")
+    assert decision.reason.numbers["gpu_weight"] == weight
+    assert "goodput.queue" in decision.reason.message
