@@ -57,8 +57,9 @@ class ScaleCommand(BaseModel):
     # The epoch time of the report decided on (KubeML's JobState.elapsed_time,
     # echoed to a parameter server); None for decisions not made on a report.
     epoch_time_s: float | None = None
-    # The planner's cached copy of the job's object (the ElasticJob), so the
-    # scale worker, which holds no cache, need not read it (ScaleRequest.observed).
+    # The decider's copy of the job's object (the ElasticJob: the planner's cache, or
+    # the one ``schedule`` read to learn the job's policy), so the scale worker,
+    # which holds no cache, need not read it again (ScaleRequest.observed).
     observed: dict[str, Any] | None = None
 
     def request(self) -> ScaleRequest:
@@ -81,7 +82,11 @@ SCALE_BATCH = 50
 
 
 def command_for(
-    record: DecisionRecord, *, policy: str | None = None, epoch_time_s: float | None = None
+    record: DecisionRecord,
+    *,
+    policy: str | None = None,
+    epoch_time_s: float | None = None,
+    observed: dict[str, Any] | None = None,
 ) -> ScaleCommand:
     decision = record.decision
     return ScaleCommand(
@@ -92,6 +97,7 @@ def command_for(
         source=record.source,
         policy=policy,
         epoch_time_s=epoch_time_s,
+        observed=observed,
     )
 
 

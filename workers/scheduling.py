@@ -21,6 +21,7 @@ would fight it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources, ScalingDecision
 from scheduler_core.policies.base import PolicyInput
+from scheduler_core.ports import ObservedJob
 from scheduler_core.registry import decide, load_state
 from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
 from workers.adapters.state_store import (
@@ -59,6 +61,8 @@ class _Outcome:
     for_cluster: tuple[EpochReport, ...] = ()
     # The job's target once this delivery is decided (its senders' answer; None: none yet).
     target: int | None = None
+    # The job's object as this decision read it (ScaleCommand.observed).
+    observed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,12 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
             if outcome.changed and outcome.record is not None:
                 epoch_time = outcome.newest_report.epoch_time_s if outcome.newest_report else None
                 commands.append(
-                    command_for(outcome.record, policy=outcome.policy, epoch_time_s=epoch_time)
+                    command_for(
+                        outcome.record,
+                        policy=outcome.policy,
+                        epoch_time_s=epoch_time,
+                        observed=outcome.observed,
+                    )
                 )
             elif outcome.kind == "nothing_new":
                 unsent = _unappliedcommand_for(rt, delivery.item_id)
@@ -168,6 +177,8 @@ class _Context:
     # KubeML parameter-server mode: the job blocks after each epoch until its
     # parameter server gets an answer, so every decided report is sent, keep included.
     answers_every_report: bool = False
+    # The job's object as the lookup read it, handed on to its scale (None: not read).
+    observed: dict[str, Any] | None = None
 
 
 def _schedule_chunk(
@@ -175,9 +186,17 @@ def _schedule_chunk(
 ) -> list[_Outcome]:
     records = rt.store.get_jobs([d.item_id for d in chunk])
     unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in requests]
-    managed = _cluster_managed(rt, unknown) if unknown else set()
+    found = _look_up(rt, unknown) if unknown else {}
+    policy = rt.settings.cluster_policy
     contexts = [
-        _context(rt, d, records.get(d.item_id), requests, managed=d.item_id in managed)
+        _context(
+            rt,
+            d,
+            records.get(d.item_id),
+            requests,
+            managed=d.item_id in found and found[d.item_id].policy == policy,
+            observed=found[d.item_id].observed if d.item_id in found else None,
+        )
         for d in chunk
     ]
     active = [c for c in contexts if not c.skip]
@@ -206,21 +225,21 @@ def _schedule_chunk(
     return outcomes
 
 
-def _cluster_managed(rt: Runtime, jobs: list[str]) -> set[str]:
-    """Which of ``jobs`` are ElasticJobs of the cluster policy the newest plan did not see yet.
+def _look_up(rt: Runtime, jobs: list[str]) -> Mapping[str, ObservedJob]:
+    """The ElasticJobs among ``jobs`` (neither submitted nor in the newest plan), read
+    once per chunk with targeted reads.
 
     A new job's first reports may come before the round that first plans it:
-    they belong to the cluster policy all the same (read once per chunk, only
-    for jobs neither submitted nor in the newest plan).
+    one of the cluster policy belongs to it all the same. Another policy's job
+    is decided here, and the object read goes on with its scale command
+    (``ScaleCommand.observed``): the scaler then reads only the target's
+    ``/scale``, not the job a second time.
     """
-    wanted = set(jobs)
-    policy = rt.settings.cluster_policy
     try:
-        listed = rt.cluster_reader.elastic_jobs()
+        return rt.job_lookup.look_up(jobs)
     except Exception as error:  # the cluster unreachable: decide as before it was asked
-        log.warning("cluster reader failed; %d job(s) go to the job policy: %s", len(jobs), error)
-        return set()
-    return {j.key for j in listed if j.key in wanted and j.policy == policy}
+        log.warning("job lookup failed; %d job(s) go to the job policy: %s", len(jobs), error)
+        return {}
 
 
 def _context(
@@ -230,6 +249,7 @@ def _context(
     requests: dict[str, Resources],
     *,
     managed: bool = False,
+    observed: dict[str, Any] | None = None,
 ) -> _Context:
     admission = delivery.queue == WAIT
     cluster_policy = rt.settings.cluster_policy
@@ -255,6 +275,7 @@ def _context(
         answers_every_report=record is not None
         and record.request is not None
         and bool(record.request.ps_url),
+        observed=observed,
     )
 
 
@@ -330,6 +351,7 @@ def _compute(
         per_replica=context.per_replica,
         newest_report=newest,
         policy=policy,
+        observed=context.observed,
     )
     if decision.target > previous:
         decision = _clamp_to_capacity(rt, decision, previous, context.per_replica, outcome)

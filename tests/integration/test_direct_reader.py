@@ -81,3 +81,33 @@ def test_submit_checks_one_job_with_one_get(
     with pytest.raises(NoTargetError, match=f"no ElasticJob {NS}/absent"):
         check_target(request, job=f"{NS}/absent", scaler="kubernetes", reader=direct)
     assert server.request_counts() == {("get", "elasticjobs"): 2}
+
+
+def test_look_up_reads_each_named_job_once_and_hands_back_the_object(
+    server: Any, kube: KubeClient, adapter: KubeAdapter
+) -> None:
+    create_workload(kube, "Deployment", "named", replicas=1)
+    create_elastic_job(kube, "named")  # spec.policy: edl
+    create_workload(kube, "Deployment", "unnamed", replicas=1)
+    unnamed = create_elastic_job(kube, "unnamed")
+    del unnamed["spec"]["policy"]
+    path = f"/apis/trainscaler.io/v1alpha1/namespaces/{NS}/elasticjobs/unnamed"
+    kube.request("PUT", path, body=unnamed)
+    direct = adapter.direct_reader()
+    direct.look_up([f"{NS}/named"])  # API discovery of the target kinds, once
+    server.reset_request_counts()
+    found = direct.look_up([f"{NS}/named", f"{NS}/absent"])
+    # One GET per named job, no LIST; a job that does not exist is left out.
+    assert server.request_counts() == {("get", "elasticjobs"): 2}
+    assert set(found) == {f"{NS}/named"}
+    observed = found[f"{NS}/named"].observed
+    assert found[f"{NS}/named"].policy == "edl" and observed is not None
+    assert observed["metadata"]["name"] == "named" and "managedFields" not in observed["metadata"]
+    assert observed["spec"]["scaleTargetRef"]["name"] == "named"
+    # Without spec.policy the policy depends on the target's GPUs: its workload is read too,
+    # and the answer is the listing reader's.
+    server.reset_request_counts()
+    found = direct.look_up([f"{NS}/unnamed"])
+    assert server.request_counts() == {("get", "elasticjobs"): 1, ("get", "deployments"): 1}
+    listed = {job.key: job.policy for job in direct.elastic_jobs()}
+    assert found[f"{NS}/unnamed"].policy == listed[f"{NS}/unnamed"]
