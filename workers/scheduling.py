@@ -21,7 +21,7 @@ would fight it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
 from workers.adapters.state_store import (
     DecisionRecord,
     JobRecord,
+    PlanRecord,
     ScheduleCursor,
     ScheduleWrite,
 )
@@ -74,7 +75,9 @@ class ScheduleSummary:
     more: bool = False
 
 
-def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
+def schedule_once(
+    rt: Runtime, *, send_scales: SendScales, clear_flag: str | None = None
+) -> ScheduleSummary:
     """Pop items (train queue first), run each job's policy, send scales, ack.
 
     Items are popped and decided a chunk at a time (one read and one write
@@ -82,18 +85,23 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
     chunk, and the chunk's deliveries are acked only after it was sent: a
     worker dying in between leaves them to expire and be redone. The ack's
     round trip also answers every sender waiting on a reply key
-    (``workers.intake.DecisionReply``).
+    (``workers.intake.DecisionReply``). The first pop's round trip also reads
+    the newest plan and first clears the flag ``clear_flag`` (the schedule
+    trigger: a push from then on triggers another run, so nothing waits unseen).
     """
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
-    requests = _plan_requests(rt)
+    requests: dict[str, Resources] | None = None
     while deliveries < rt.settings.schedule_batch:
-        chunk = rt.queue.pop_deliveries(
+        chunk, replies = rt.queue.pop_deliveries_after(
+            None if requests is not None else _first_reads(rt, clear_flag),
             lease_seconds=rt.settings.lease_seconds,
             now=rt.clock.now(),
             queues=queues,
             count=min(SCALE_BATCH, rt.settings.schedule_batch - deliveries),
         )
+        if requests is None:
+            requests = _plan_requests(rt.store.plan_of(replies[-1]))
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
         asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
@@ -475,9 +483,19 @@ def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
     )
 
 
-def _plan_requests(rt: Runtime) -> dict[str, Resources]:
+def _first_reads(rt: Runtime, clear_flag: str | None) -> Callable[[Any], None]:
+    """What a run's first pop does first, in its round trip: clear the trigger, read the plan."""
+
+    def queue(pipe: Any) -> None:
+        if clear_flag is not None:
+            rt.store.clear_flag(clear_flag, pipe=pipe)
+        rt.store.latest_plan_in(pipe)
+
+    return queue
+
+
+def _plan_requests(plan: PlanRecord | None) -> dict[str, Resources]:
     """Per-replica requests of the jobs in the newest plan (read once per schedule run)."""
-    plan = rt.store.latest_plan()
     return dict(plan.requests) if plan is not None else {}
 
 

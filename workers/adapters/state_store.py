@@ -55,6 +55,7 @@ from scheduler_core.models import (
 from scheduler_core.registry import policy_names
 from workers.adapters import state_scripts as scripts
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_records import (
     AppliedTarget,
     AutoscaleRun,
@@ -197,7 +198,9 @@ class StateStore:
                 continue
             record, report = write.record, write.newest_report
             job = snapshot.job
-            self._compare_and_set(
+            call_in(
+                pipe,
+                self._compare_and_set,
                 keys=[
                     self.job_key(job, f"policy:{snapshot.policy}"),
                     self.job_key(job, "schedule"),
@@ -220,10 +223,9 @@ class StateStore:
                     "" if report is None else report.model_dump_json(),
                     *(r.model_dump_json() for r in write.for_cluster),
                 ],
-                client=pipe,
             )
             queued.append(snapshot)
-        results = iter(pipe.execute() if queued else [])
+        results = iter(execute(self.redis, pipe, [self._compare_and_set]) if queued else [])
         return [True if write is None else bool(next(results)) for _, write in writes]
 
     def schedule_transaction(
@@ -352,7 +354,14 @@ class StateStore:
 
     def latest_plan(self) -> PlanRecord | None:
         """The newest cluster plan with every decision's reason."""
-        raw = self.redis.get(self.key("plan:latest"))
+        return self.plan_of(self.redis.get(self.key("plan:latest")))
+
+    def latest_plan_in(self, pipe: Any) -> None:
+        """Queue the read of the newest plan on ``pipe``; its reply goes to ``plan_of``."""
+        pipe.get(self.key("plan:latest"))
+
+    @staticmethod
+    def plan_of(raw: Any) -> PlanRecord | None:
         return PlanRecord.model_validate_json(raw) if raw else None
 
     def plan_history(self, *, limit: int = 20) -> list[PlanRecord]:
@@ -523,8 +532,9 @@ class StateStore:
         client = pipe if pipe is not None else self.redis
         return bool(client.set(self.key(name), "1", nx=True, px=max(1, int(ttl * 1000))))
 
-    def clear_flag(self, name: str) -> None:
-        self.redis.delete(self.key(name))
+    def clear_flag(self, name: str, *, pipe: Any = None) -> None:
+        """Delete a flag (on ``pipe``: queued)."""
+        (pipe if pipe is not None else self.redis).delete(self.key(name))
 
 
 def _text(value: Any) -> str:
