@@ -192,7 +192,11 @@ class _Context:
 def _schedule_chunk(
     rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources]
 ) -> list[_Outcome]:
-    records = rt.store.get_jobs([d.item_id for d in chunk])
+    # The job and cluster policies' states are read with the records, before it is
+    # known which drives each job: one round trip, not two (another policy, named by
+    # an older record, is read on its own below).
+    policies = tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
+    records, prefetched = rt.store.read_chunk([d.item_id for d in chunk], policies=policies)
     unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in requests]
     found = _look_up(rt, unknown) if unknown else {}
     policy = rt.settings.cluster_policy
@@ -208,7 +212,9 @@ def _schedule_chunk(
         for d in chunk
     ]
     active = [c for c in contexts if not c.skip]
-    snapshots = rt.store.read_schedule([(c.job, c.policy) for c in active])
+    unread = [(c.job, c.policy) for c in active if (c.job, c.policy) not in prefetched]
+    prefetched.update({(snap.job, snap.policy): snap for snap in rt.store.read_schedule(unread)})
+    snapshots = [prefetched[(c.job, c.policy)] for c in active]
     computed = {
         id(c): _compute(rt, c, snap.state, snap.cursor, snap.generation)
         for c, snap in zip(active, snapshots, strict=True)
