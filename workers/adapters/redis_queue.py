@@ -471,7 +471,7 @@ class RedisSchedulerQueue:
             keys=self.keys,
             args=[_num(now), _num(lease_seconds), scan, count, *ordered],
         )
-        *replies, popped = execute(self._redis, pipe, [self._pop])
+        *replies, popped = execute(self._redis, pipe)
         raw = [_text(x) for x in popped]
         deliveries = []
         index = 0
@@ -529,7 +529,7 @@ class RedisSchedulerQueue:
             call_in(pipe, self._ack, keys=self.keys, args=[d.queue, d.item_id, d.token])
         for d in deliveries:  # the item's pending entries: a lex range (see the key layout)
             pipe.zlexcount(f"{self._key(d.queue)}:pending", *_item_range(d.item_id))
-        replies = execute(self._redis, pipe, [self._ack])[2 * len(answers) :]
+        replies = execute(self._redis, pipe)[2 * len(answers) :]
         acked = [bool(x) for x in replies[: len(deliveries)]]
         return acked, any(int(x) for x in replies[len(deliveries) :])
 

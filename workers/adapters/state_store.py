@@ -259,7 +259,7 @@ class StateStore:
                 ],
             )
             queued.append(snapshot)
-        results = iter(execute(self.redis, pipe, [self._compare_and_set]) if queued else [])
+        results = iter(execute(self.redis, pipe) if queued else [])
         return [True if write is None else bool(next(results)) for _, write in writes]
 
     def schedule_transaction(
