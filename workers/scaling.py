@@ -315,6 +315,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
             cluster=cluster,
             generations=generations,
             requests={j.key: j.requests for j in jobs},
+            policies={j.key: j.policy for j in jobs},
         )
         rt.store.save_plan(record, free=free_after(cluster, plan, jobs, settings.max_load_desired))
         for command in changes:

@@ -92,6 +92,7 @@ def schedule_once(
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
     requests: dict[str, Resources] | None = None
+    planned: dict[str, str] = {}
     while deliveries < rt.settings.schedule_batch:
         chunk, replies = rt.queue.pop_deliveries_after(
             None if requests is not None else _first_reads(rt, clear_flag),
@@ -101,7 +102,8 @@ def schedule_once(
             count=min(SCALE_BATCH, rt.settings.schedule_batch - deliveries),
         )
         if requests is None:
-            requests = _plan_requests(rt.store.plan_of(replies[-1]))
+            plan = rt.store.plan_of(replies[-1])
+            requests, planned = _plan_requests(plan), _plan_policies(rt, plan)
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
         asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
@@ -111,7 +113,9 @@ def schedule_once(
         done: list[Delivery] = []
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
-        for delivery, outcome in zip(chunk, _schedule_chunk(rt, chunk, requests), strict=True):
+        for delivery, outcome in zip(
+            chunk, _schedule_chunk(rt, chunk, requests, planned), strict=True
+        ):
             if outcome.kind == "no_room":
                 # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
                 rt.queue.nack_delivery(delivery)
@@ -190,23 +194,24 @@ class _Context:
 
 
 def _schedule_chunk(
-    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources]
+    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources], planned: dict[str, str]
 ) -> list[_Outcome]:
     # The job and cluster policies' states are read with the records, before it is
     # known which drives each job: one round trip, not two (another policy, named by
     # an older record, is read on its own below).
     policies = tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
     records, prefetched = rt.store.read_chunk([d.item_id for d in chunk], policies=policies)
-    unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in requests]
+    unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in planned]
     found = _look_up(rt, unknown) if unknown else {}
-    policy = rt.settings.cluster_policy
+    # Which policy drives a job without a record: the newest plan's word, else the lookup's.
+    driven_by = {**planned, **{job: seen.policy for job, seen in found.items()}}
     contexts = [
         _context(
             rt,
             d,
             records.get(d.item_id),
             requests,
-            managed=d.item_id in found and found[d.item_id].policy == policy,
+            managed=driven_by.get(d.item_id) == rt.settings.cluster_policy,
             observed=found[d.item_id].observed if d.item_id in found else None,
         )
         for d in chunk
@@ -272,9 +277,9 @@ def _context(
         report_only = policy == cluster_policy
     else:
         # No submission: an ElasticJob of the cluster policy (the planner saw it,
-        # or the cluster reader lists it) has its reports go to the cluster policy;
-        # any other is a report-only job (KubeML UpdateTask without CreateTask).
-        report_only = delivery.item_id in requests or managed
+        # or the lookup found it) has its reports go to the cluster policy; any
+        # other is a report-only job (KubeML UpdateTask without CreateTask).
+        report_only = managed
         policy = cluster_policy if report_only else rt.settings.job_policy
     return _Context(
         delivery=delivery,
@@ -498,6 +503,19 @@ def _first_reads(rt: Runtime, clear_flag: str | None) -> Callable[[Any], None]:
         rt.store.latest_plan_in(pipe)
 
     return queue
+
+
+def _plan_policies(rt: Runtime, plan: PlanRecord | None) -> dict[str, str]:
+    """The policy of each job in the newest plan (read once per schedule run).
+
+    A plan written before plans kept policies: every job it saw counts as the
+    cluster policy's, as it did then.
+    """
+    if plan is None:
+        return {}
+    if plan.policies:
+        return dict(plan.policies)
+    return dict.fromkeys(plan.requests, rt.settings.cluster_policy)
 
 
 def _plan_requests(plan: PlanRecord | None) -> dict[str, Resources]:
