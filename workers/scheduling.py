@@ -7,12 +7,13 @@ compare-and-set per job), sends the chunk's scale commands, then acks.
 
 Only jobs a per-job policy drives are decided here: those submitted through
 ``submit`` (their record names a policy other than the cluster policy), and
-report-only jobs the cluster planner does not know. A job in KubeML
+report-only jobs of another policy than the cluster's. A job in KubeML
 parameter-server mode (its request names a ``ps_url``) gets a scale command
 for every decided report, keep included: its train job waits for the answer.
 An ElasticJob the cluster policy manages (one with a cluster-policy record,
-one without a record that the newest plan saw, or one the cluster reader
-lists under the cluster policy) has its reports kept (newest report, for ``GET /jobs/{id}``) and
+one without a record the newest plan names under the cluster policy, or one
+the job lookup finds under it: ``workers.schedule_inputs``) has its reports
+kept (newest report, for ``GET /jobs/{id}``) and
 handed, exactly once and in epoch order, to the cluster policy's inbox for
 its next round: ``autoscale`` owns its target, and a per-report decision
 would fight it.
@@ -20,8 +21,6 @@ would fight it.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,21 +28,18 @@ from pydantic import ValidationError
 
 from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources, ScalingDecision
 from scheduler_core.policies.base import PolicyInput
-from scheduler_core.ports import ObservedJob
 from scheduler_core.registry import decide, load_state
 from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
 from workers.adapters.state_store import (
     DecisionRecord,
     JobRecord,
-    PlanRecord,
     ScheduleCursor,
     ScheduleWrite,
 )
 from workers.intake import REPLY_TTL_S, DecisionReply
 from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
+from workers.schedule_inputs import first_reads, look_up, plan_policies, plan_requests
 from workers.wiring import Runtime
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -95,7 +91,7 @@ def schedule_once(
     planned: dict[str, str] = {}
     while deliveries < rt.settings.schedule_batch:
         chunk, replies = rt.queue.pop_deliveries_after(
-            None if requests is not None else _first_reads(rt, clear_flag),
+            None if requests is not None else first_reads(rt, clear_flag),
             lease_seconds=rt.settings.lease_seconds,
             now=rt.clock.now(),
             queues=queues,
@@ -103,7 +99,7 @@ def schedule_once(
         )
         if requests is None:
             plan = rt.store.plan_of(replies[-1])
-            requests, planned = _plan_requests(plan), _plan_policies(rt, plan)
+            requests, planned = plan_requests(plan), plan_policies(rt, plan)
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
         asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
@@ -202,7 +198,7 @@ def _schedule_chunk(
     policies = tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
     records, prefetched = rt.store.read_chunk([d.item_id for d in chunk], policies=policies)
     unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in planned]
-    found = _look_up(rt, unknown) if unknown else {}
+    found = look_up(rt, unknown) if unknown else {}
     # Which policy drives a job without a record: the newest plan's word, else the lookup's.
     driven_by = {**planned, **{job: seen.policy for job, seen in found.items()}}
     contexts = [
@@ -242,23 +238,6 @@ def _schedule_chunk(
             rt.store.release(context.per_replica, outcome.released)
         outcomes.append(outcome)
     return outcomes
-
-
-def _look_up(rt: Runtime, jobs: list[str]) -> Mapping[str, ObservedJob]:
-    """The ElasticJobs among ``jobs`` (neither submitted nor in the newest plan), read
-    once per chunk with targeted reads.
-
-    A new job's first reports may come before the round that first plans it:
-    one of the cluster policy belongs to it all the same. Another policy's job
-    is decided here, and the object read goes on with its scale command
-    (``ScaleCommand.observed``): the scaler then reads only the target's
-    ``/scale``, not the job a second time.
-    """
-    try:
-        return rt.job_lookup.look_up(jobs)
-    except Exception as error:  # the cluster unreachable: decide as before it was asked
-        log.warning("job lookup failed; %d job(s) go to the job policy: %s", len(jobs), error)
-        return {}
 
 
 def _context(
@@ -492,35 +471,6 @@ def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
         policy=record.policy,
         default_parallelism=request.options.default_parallelism,
     )
-
-
-def _first_reads(rt: Runtime, clear_flag: str | None) -> Callable[[Any], None]:
-    """What a run's first pop does first, in its round trip: clear the trigger, read the plan."""
-
-    def queue(pipe: Any) -> None:
-        if clear_flag is not None:
-            rt.store.clear_flag(clear_flag, pipe=pipe)
-        rt.store.latest_plan_in(pipe)
-
-    return queue
-
-
-def _plan_policies(rt: Runtime, plan: PlanRecord | None) -> dict[str, str]:
-    """The policy of each job in the newest plan (read once per schedule run).
-
-    A plan written before plans kept policies: every job it saw counts as the
-    cluster policy's, as it did then.
-    """
-    if plan is None:
-        return {}
-    if plan.policies:
-        return dict(plan.policies)
-    return dict.fromkeys(plan.requests, rt.settings.cluster_policy)
-
-
-def _plan_requests(plan: PlanRecord | None) -> dict[str, Resources]:
-    """Per-replica requests of the jobs in the newest plan (read once per schedule run)."""
-    return dict(plan.requests) if plan is not None else {}
 
 
 def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:
