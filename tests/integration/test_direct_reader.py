@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core.models import TrainRequest
+from scheduler_core.models import DEFAULT_GPU_RESOURCE, TrainRequest
 from tests.integration.test_kube_adapter import (
     NS,
     adapter,
@@ -24,6 +24,7 @@ from tests.integration.test_kube_adapter import (
 )
 from workers.adapters.kubernetes import KubeAdapter
 from workers.adapters.kubernetes.client import KubeClient
+from workers.adapters.kubernetes.direct import DirectClusterReader
 from workers.adapters.kubernetes.rbac import EVENT_WORKER_PERMISSIONS
 from workers.targets import NoTargetError, check_target
 
@@ -111,3 +112,8 @@ def test_look_up_reads_each_named_job_once_and_hands_back_the_object(
     assert server.request_counts() == {("get", "elasticjobs"): 1, ("get", "deployments"): 1}
     listed = {job.key: job.policy for job in direct.elastic_jobs()}
     assert found[f"{NS}/unnamed"].policy == listed[f"{NS}/unnamed"]
+    # Under EDL as the cluster policy a job without spec.policy is EDL's either way.
+    edl = DirectClusterReader(kube, gpu_resource=DEFAULT_GPU_RESOURCE, default_policy="edl")
+    server.reset_request_counts()
+    assert edl.look_up([f"{NS}/unnamed"])[f"{NS}/unnamed"].policy == "edl"
+    assert server.request_counts() == {("get", "elasticjobs"): 1}

@@ -28,6 +28,7 @@ from scheduler_core.ports import ObservedJob
 from workers.adapters.kubernetes.cache import LIST_PAGE_SIZE, NON_TERMINATED_PODS
 from workers.adapters.kubernetes.client import JsonObject, KubeApiError, KubeClient
 from workers.adapters.kubernetes.jobs import (
+    EDL,
     ScaleTargetView,
     elastic_job,
     namespace_and_name,
@@ -115,6 +116,8 @@ class DirectClusterReader:
         named = (resource.get("spec") or {}).get("policy")
         if named:
             return str(named)
+        if self._default_policy == EDL:
+            return EDL  # with GPUs or without: nothing to read
         ref = scale_target_ref(resource)
         if not (ref.api_version and ref.kind and ref.name):
             return None
