@@ -100,6 +100,7 @@ def test_look_up_reads_each_named_job_once_and_hands_back_the_object(
     found = direct.look_up([f"{NS}/named", f"{NS}/absent"])
     # One GET per named job, no LIST; a job that does not exist is left out.
     assert server.request_counts() == {("get", "elasticjobs"): 2}
+    assert outside_rbac(server.request_counts(), EVENT_WORKER_PERMISSIONS) == set()
     assert set(found) == {f"{NS}/named"}
     observed = found[f"{NS}/named"].observed
     assert found[f"{NS}/named"].policy == "edl" and observed is not None
@@ -109,7 +110,9 @@ def test_look_up_reads_each_named_job_once_and_hands_back_the_object(
     # and the answer is the listing reader's.
     server.reset_request_counts()
     found = direct.look_up([f"{NS}/unnamed"])
-    assert server.request_counts() == {("get", "elasticjobs"): 1, ("get", "deployments"): 1}
+    counts = server.request_counts()
+    assert counts == {("get", "elasticjobs"): 1, ("list", "deployments"): 1}
+    assert outside_rbac(counts, EVENT_WORKER_PERMISSIONS) == set()  # the event worker's account
     listed = {job.key: job.policy for job in direct.elastic_jobs()}
     assert found[f"{NS}/unnamed"].policy == listed[f"{NS}/unnamed"]
     # Under EDL as the cluster policy a job without spec.policy is EDL's either way.

@@ -125,13 +125,11 @@ class DirectClusterReader:
         kind = self._resolver.resolve(ref.api_version, ref.kind)
         workloads: dict[tuple[ResourceKind, str, str], JsonObject] = {}
         if kind in WATCHED_TARGETS:
-            try:
-                workload = self._client.request("GET", kind.object_path(namespace, ref.name))
-            except KubeApiError as error:
-                if error.status in (403, 404):
-                    return None
-                raise
-            workloads[(kind, namespace, ref.name)] = workload
+            # A LIST of the one name: event workers may list these kinds, not get them.
+            named = {"fieldSelector": f"metadata.name={ref.name}"}
+            page = self._client.request("GET", kind.collection_path(namespace), query=named)
+            for workload in page.get("items") or []:
+                workloads[(kind, *namespace_and_name(workload))] = workload
         view = self._target_view(resource, workloads)
         if view is None:
             return None
