@@ -7,8 +7,8 @@ to these shapes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
@@ -27,6 +27,24 @@ class ClusterReader(Protocol):
     def inquire(self) -> ClusterResource: ...
 
     def elastic_jobs(self) -> Sequence[ElasticJob]: ...
+
+
+class ObservedJob(BaseModel):
+    """One job as a targeted read found it: the policy that drives it, and the
+    object read (opaque to the core; None when the adapter has none), which the
+    decision hands on to its scale as ``ScaleRequest.observed``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    policy: str
+    observed: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class JobLookup(Protocol):
+    """Targeted reads of named jobs (no listing, no cache): the ones that exist, by key."""
+
+    def look_up(self, jobs: Sequence[str]) -> Mapping[str, ObservedJob]: ...
 
 
 class ScaleRequest(BaseModel):

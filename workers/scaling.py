@@ -35,7 +35,13 @@ from scheduler_core.ports import (
     TransientScaleError,
 )
 from scheduler_core.registry import decide, get_policy, load_state
-from workers.adapters.state_store import AppliedTarget, AutoscaleRun, DecisionRecord, PlanRecord
+from workers.adapters.state_store import (
+    AppliedTarget,
+    AutoscaleRun,
+    DecisionRecord,
+    JobRecord,
+    PlanRecord,
+)
 from workers.settings import Settings
 from workers.wiring import Runtime
 
@@ -57,8 +63,9 @@ class ScaleCommand(BaseModel):
     # The epoch time of the report decided on (KubeML's JobState.elapsed_time,
     # echoed to a parameter server); None for decisions not made on a report.
     epoch_time_s: float | None = None
-    # The planner's cached copy of the job's object (the ElasticJob), so the
-    # scale worker, which holds no cache, need not read it (ScaleRequest.observed).
+    # The decider's copy of the job's object (the ElasticJob: the planner's cache, or
+    # the one ``schedule`` read to learn the job's policy), so the scale worker,
+    # which holds no cache, need not read it again (ScaleRequest.observed).
     observed: dict[str, Any] | None = None
 
     def request(self) -> ScaleRequest:
@@ -81,7 +88,11 @@ SCALE_BATCH = 50
 
 
 def command_for(
-    record: DecisionRecord, *, policy: str | None = None, epoch_time_s: float | None = None
+    record: DecisionRecord,
+    *,
+    policy: str | None = None,
+    epoch_time_s: float | None = None,
+    observed: dict[str, Any] | None = None,
 ) -> ScaleCommand:
     decision = record.decision
     return ScaleCommand(
@@ -92,6 +103,7 @@ def command_for(
         source=record.source,
         policy=policy,
         epoch_time_s=epoch_time_s,
+        observed=observed,
     )
 
 
@@ -118,14 +130,19 @@ class RoutingScaler(Protocol):
     """A scaler that sends each job to one of several scalers (parameter-server mode)
     and can look up a batch's routes in one read."""
 
-    def routed(self, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]: ...
+    def routed(
+        self, jobs: Sequence[str], *, records: Mapping[str, JobRecord | None] | None = None
+    ) -> Mapping[str, ReplicaScaler]: ...
 
 
-def _scalers(rt: Runtime, jobs: Sequence[str]) -> Mapping[str, ReplicaScaler]:
-    """Each job's scaler; looked up once per batch, not once per call."""
+def _scalers(
+    rt: Runtime, jobs: Sequence[str], *, records: Mapping[str, JobRecord | None] | None = None
+) -> Mapping[str, ReplicaScaler]:
+    """Each job's scaler; looked up once per batch, not once per call (from ``records``,
+    the jobs' records already read, when given)."""
     scaler = rt.scaler
     if isinstance(scaler, RoutingScaler):
-        return scaler.routed(jobs)
+        return scaler.routed(jobs, records=records)
     return dict.fromkeys(jobs, scaler)
 
 
@@ -158,24 +175,32 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
     Scaler errors come back per command, never raised.
     """
     results: dict[int, ScaleResult] = {}
-    # Before any lock is taken: a Redis error here leaves nothing to release.
-    scalers = _scalers(rt, [c.job for c in commands])
     token = uuid.uuid4().hex
-    begun = rt.store.begin_scales(
-        [c.job for c in commands], token=token, ttl=rt.settings.scale_lock_ttl
-    )
+    jobs = [c.job for c in commands]
+    # The locks' round trip also reads the records the routes come from.
+    begun = rt.store.begin_scales(jobs, token=token, ttl=rt.settings.scale_lock_ttl)
+    try:
+        scalers = _scalers(
+            rt, jobs, records={j: b.record for j, b in zip(jobs, begun, strict=True)}
+        )
+    except Exception:
+        # Nothing applied: the locks just taken go back at once.
+        rt.store.finish_scales(
+            [(j, None) for j, b in zip(jobs, begun, strict=True) if b.locked], token=token
+        )
+        raise
     finished: list[tuple[str, AppliedTarget | None]] = []
     deferred: list[int] = []
     try:
-        for index, (command, (locked, newest, applied)) in enumerate(
-            zip(commands, begun, strict=True)
-        ):
-            if not locked:
+        for index, (command, begin) in enumerate(zip(commands, begun, strict=True)):
+            if not begin.locked:
                 deferred.append(index)
                 continue
             record = None
             try:
-                outcome, record = _apply_locked(rt, scalers[command.job], command, newest, applied)
+                outcome, record = _apply_locked(
+                    rt, scalers[command.job], command, begin.newest, begin.applied
+                )
                 results[index] = ScaleResult(command, outcome=outcome)
             except SCALE_ERRORS as error:
                 results[index] = ScaleResult(command, error=error)
@@ -290,6 +315,7 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
             cluster=cluster,
             generations=generations,
             requests={j.key: j.requests for j in jobs},
+            policies={j.key: j.policy for j in jobs},
         )
         rt.store.save_plan(record, free=free_after(cluster, plan, jobs, settings.max_load_desired))
         for command in changes:

@@ -7,12 +7,13 @@ compare-and-set per job), sends the chunk's scale commands, then acks.
 
 Only jobs a per-job policy drives are decided here: those submitted through
 ``submit`` (their record names a policy other than the cluster policy), and
-report-only jobs the cluster planner does not know. A job in KubeML
+report-only jobs of another policy than the cluster's. A job in KubeML
 parameter-server mode (its request names a ``ps_url``) gets a scale command
 for every decided report, keep included: its train job waits for the answer.
 An ElasticJob the cluster policy manages (one with a cluster-policy record,
-one without a record that the newest plan saw, or one the cluster reader
-lists under the cluster policy) has its reports kept (newest report, for ``GET /jobs/{id}``) and
+one without a record the newest plan names under the cluster policy, or one
+the job lookup finds under it: ``workers.schedule_inputs``) has its reports
+kept (newest report, for ``GET /jobs/{id}``) and
 handed, exactly once and in epoch order, to the cluster policy's inbox for
 its next round: ``autoscale`` owns its target, and a per-report decision
 would fight it.
@@ -20,7 +21,6 @@ would fight it.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,9 +38,8 @@ from workers.adapters.state_store import (
 )
 from workers.intake import REPLY_TTL_S, DecisionReply
 from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
+from workers.schedule_inputs import first_reads, look_up, plan_policies, plan_requests
 from workers.wiring import Runtime
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,6 +58,8 @@ class _Outcome:
     for_cluster: tuple[EpochReport, ...] = ()
     # The job's target once this delivery is decided (its senders' answer; None: none yet).
     target: int | None = None
+    # The job's object as this decision read it (ScaleCommand.observed).
+    observed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class ScheduleSummary:
     more: bool = False
 
 
-def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
+def schedule_once(
+    rt: Runtime, *, send_scales: SendScales, clear_flag: str | None = None
+) -> ScheduleSummary:
     """Pop items (train queue first), run each job's policy, send scales, ack.
 
     Items are popped and decided a chunk at a time (one read and one write
@@ -78,18 +81,25 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
     chunk, and the chunk's deliveries are acked only after it was sent: a
     worker dying in between leaves them to expire and be redone. The ack's
     round trip also answers every sender waiting on a reply key
-    (``workers.intake.DecisionReply``).
+    (``workers.intake.DecisionReply``). The first pop's round trip also reads
+    the newest plan and first clears the flag ``clear_flag`` (the schedule
+    trigger: a push from then on triggers another run, so nothing waits unseen).
     """
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
-    requests = _plan_requests(rt)
+    requests: dict[str, Resources] | None = None
+    planned: dict[str, str] = {}
     while deliveries < rt.settings.schedule_batch:
-        chunk = rt.queue.pop_deliveries(
+        chunk, replies = rt.queue.pop_deliveries_after(
+            None if requests is not None else first_reads(rt, clear_flag),
             lease_seconds=rt.settings.lease_seconds,
             now=rt.clock.now(),
             queues=queues,
             count=min(SCALE_BATCH, rt.settings.schedule_batch - deliveries),
         )
+        if requests is None:
+            plan = rt.store.plan_of(replies[-1])
+            requests, planned = plan_requests(plan), plan_policies(rt, plan)
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
         asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
@@ -99,7 +109,9 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
         done: list[Delivery] = []
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
-        for delivery, outcome in zip(chunk, _schedule_chunk(rt, chunk, requests), strict=True):
+        for delivery, outcome in zip(
+            chunk, _schedule_chunk(rt, chunk, requests, planned), strict=True
+        ):
             if outcome.kind == "no_room":
                 # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
                 rt.queue.nack_delivery(delivery)
@@ -113,7 +125,12 @@ def schedule_once(rt: Runtime, *, send_scales: SendScales) -> ScheduleSummary:
             if outcome.changed and outcome.record is not None:
                 epoch_time = outcome.newest_report.epoch_time_s if outcome.newest_report else None
                 commands.append(
-                    command_for(outcome.record, policy=outcome.policy, epoch_time_s=epoch_time)
+                    command_for(
+                        outcome.record,
+                        policy=outcome.policy,
+                        epoch_time_s=epoch_time,
+                        observed=outcome.observed,
+                    )
                 )
             elif outcome.kind == "nothing_new":
                 unsent = _unappliedcommand_for(rt, delivery.item_id)
@@ -168,20 +185,37 @@ class _Context:
     # KubeML parameter-server mode: the job blocks after each epoch until its
     # parameter server gets an answer, so every decided report is sent, keep included.
     answers_every_report: bool = False
+    # The job's object as the lookup read it, handed on to its scale (None: not read).
+    observed: dict[str, Any] | None = None
 
 
 def _schedule_chunk(
-    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources]
+    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources], planned: dict[str, str]
 ) -> list[_Outcome]:
-    records = rt.store.get_jobs([d.item_id for d in chunk])
-    unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in requests]
-    managed = _cluster_managed(rt, unknown) if unknown else set()
+    # The job and cluster policies' states are read with the records, before it is
+    # known which drives each job: one round trip, not two (another policy, named by
+    # an older record, is read on its own below).
+    policies = tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
+    records, prefetched = rt.store.read_chunk([d.item_id for d in chunk], policies=policies)
+    unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in planned]
+    found = look_up(rt, unknown) if unknown else {}
+    # Which policy drives a job without a record: the newest plan's word, else the lookup's.
+    driven_by = {**planned, **{job: seen.policy for job, seen in found.items()}}
     contexts = [
-        _context(rt, d, records.get(d.item_id), requests, managed=d.item_id in managed)
+        _context(
+            rt,
+            d,
+            records.get(d.item_id),
+            requests,
+            managed=driven_by.get(d.item_id) == rt.settings.cluster_policy,
+            observed=found[d.item_id].observed if d.item_id in found else None,
+        )
         for d in chunk
     ]
     active = [c for c in contexts if not c.skip]
-    snapshots = rt.store.read_schedule([(c.job, c.policy) for c in active])
+    unread = [(c.job, c.policy) for c in active if (c.job, c.policy) not in prefetched]
+    prefetched.update({(snap.job, snap.policy): snap for snap in rt.store.read_schedule(unread)})
+    snapshots = [prefetched[(c.job, c.policy)] for c in active]
     computed = {
         id(c): _compute(rt, c, snap.state, snap.cursor, snap.generation)
         for c, snap in zip(active, snapshots, strict=True)
@@ -206,23 +240,6 @@ def _schedule_chunk(
     return outcomes
 
 
-def _cluster_managed(rt: Runtime, jobs: list[str]) -> set[str]:
-    """Which of ``jobs`` are ElasticJobs of the cluster policy the newest plan did not see yet.
-
-    A new job's first reports may come before the round that first plans it:
-    they belong to the cluster policy all the same (read once per chunk, only
-    for jobs neither submitted nor in the newest plan).
-    """
-    wanted = set(jobs)
-    policy = rt.settings.cluster_policy
-    try:
-        listed = rt.cluster_reader.elastic_jobs()
-    except Exception as error:  # the cluster unreachable: decide as before it was asked
-        log.warning("cluster reader failed; %d job(s) go to the job policy: %s", len(jobs), error)
-        return set()
-    return {j.key for j in listed if j.key in wanted and j.policy == policy}
-
-
 def _context(
     rt: Runtime,
     delivery: Delivery,
@@ -230,6 +247,7 @@ def _context(
     requests: dict[str, Resources],
     *,
     managed: bool = False,
+    observed: dict[str, Any] | None = None,
 ) -> _Context:
     admission = delivery.queue == WAIT
     cluster_policy = rt.settings.cluster_policy
@@ -238,9 +256,9 @@ def _context(
         report_only = policy == cluster_policy
     else:
         # No submission: an ElasticJob of the cluster policy (the planner saw it,
-        # or the cluster reader lists it) has its reports go to the cluster policy;
-        # any other is a report-only job (KubeML UpdateTask without CreateTask).
-        report_only = delivery.item_id in requests or managed
+        # or the lookup found it) has its reports go to the cluster policy; any
+        # other is a report-only job (KubeML UpdateTask without CreateTask).
+        report_only = managed
         policy = cluster_policy if report_only else rt.settings.job_policy
     return _Context(
         delivery=delivery,
@@ -255,6 +273,7 @@ def _context(
         answers_every_report=record is not None
         and record.request is not None
         and bool(record.request.ps_url),
+        observed=observed,
     )
 
 
@@ -330,6 +349,7 @@ def _compute(
         per_replica=context.per_replica,
         newest_report=newest,
         policy=policy,
+        observed=context.observed,
     )
     if decision.target > previous:
         decision = _clamp_to_capacity(rt, decision, previous, context.per_replica, outcome)
@@ -451,12 +471,6 @@ def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
         policy=record.policy,
         default_parallelism=request.options.default_parallelism,
     )
-
-
-def _plan_requests(rt: Runtime) -> dict[str, Resources]:
-    """Per-replica requests of the jobs in the newest plan (read once per schedule run)."""
-    plan = rt.store.latest_plan()
-    return dict(plan.requests) if plan is not None else {}
 
 
 def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:

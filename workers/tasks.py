@@ -198,9 +198,11 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
 @_task(name="trainscaler.schedule", ignore_result=True)
 def schedule() -> dict[str, Any]:
     rt = runtime()
-    # Cleared first: a push from now on triggers another run, so nothing waits unseen.
-    rt.store.clear_flag(handlers.SCHEDULE_FLAG)
-    summary = handlers.schedule_once(rt, send_scales=_send_scales)
+    # Cleared first (in the run's first round trip): a push from then on triggers
+    # another run, so nothing waits unseen.
+    summary = handlers.schedule_once(
+        rt, send_scales=_send_scales, clear_flag=handlers.SCHEDULE_FLAG
+    )
     if summary.more:
         _trigger_schedule(rt)
     return {

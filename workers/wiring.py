@@ -25,7 +25,7 @@ import redis
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from scheduler_core.ports import Clock, ClusterReader, ReplicaScaler
+from scheduler_core.ports import Clock, ClusterReader, JobLookup, ReplicaScaler
 from workers.adapters.job_retention import JobRetention
 from workers.adapters.parameter_server import with_parameter_servers
 from workers.adapters.recording_scaler import FaultInjector, RecordingScaler
@@ -210,6 +210,15 @@ class Runtime:
             reader: ClusterReader = self.kube.direct_reader()
             return reader
         return StaticClusterReader(self.redis, prefix=self.settings.redis_key_prefix)
+
+    @cached_property
+    def job_lookup(self) -> JobLookup:
+        """Targeted reads of named jobs (the cluster reader's): which policy drives
+        each, and the object read, handed on to the job's scale."""
+        reader = self.cluster_reader
+        if not isinstance(reader, JobLookup):
+            raise TypeError(f"{type(reader).__name__} cannot look jobs up by name")
+        return reader
 
     @cached_property
     def cluster_view(self) -> ClusterReader:

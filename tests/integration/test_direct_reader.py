@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core.models import TrainRequest
+from scheduler_core.models import DEFAULT_GPU_RESOURCE, TrainRequest
 from tests.integration.test_kube_adapter import (
     NS,
     adapter,
@@ -24,6 +24,7 @@ from tests.integration.test_kube_adapter import (
 )
 from workers.adapters.kubernetes import KubeAdapter
 from workers.adapters.kubernetes.client import KubeClient
+from workers.adapters.kubernetes.direct import DirectClusterReader
 from workers.adapters.kubernetes.rbac import EVENT_WORKER_PERMISSIONS
 from workers.targets import NoTargetError, check_target
 
@@ -81,3 +82,41 @@ def test_submit_checks_one_job_with_one_get(
     with pytest.raises(NoTargetError, match=f"no ElasticJob {NS}/absent"):
         check_target(request, job=f"{NS}/absent", scaler="kubernetes", reader=direct)
     assert server.request_counts() == {("get", "elasticjobs"): 2}
+
+
+def test_look_up_reads_each_named_job_once_and_hands_back_the_object(
+    server: Any, kube: KubeClient, adapter: KubeAdapter
+) -> None:
+    create_workload(kube, "Deployment", "named", replicas=1)
+    create_elastic_job(kube, "named")  # spec.policy: edl
+    create_workload(kube, "Deployment", "unnamed", replicas=1)
+    unnamed = create_elastic_job(kube, "unnamed")
+    del unnamed["spec"]["policy"]
+    path = f"/apis/trainscaler.io/v1alpha1/namespaces/{NS}/elasticjobs/unnamed"
+    kube.request("PUT", path, body=unnamed)
+    direct = adapter.direct_reader()
+    direct.look_up([f"{NS}/named"])  # API discovery of the target kinds, once
+    server.reset_request_counts()
+    found = direct.look_up([f"{NS}/named", f"{NS}/absent"])
+    # One GET per named job, no LIST; a job that does not exist is left out.
+    assert server.request_counts() == {("get", "elasticjobs"): 2}
+    assert outside_rbac(server.request_counts(), EVENT_WORKER_PERMISSIONS) == set()
+    assert set(found) == {f"{NS}/named"}
+    observed = found[f"{NS}/named"].observed
+    assert found[f"{NS}/named"].policy == "edl" and observed is not None
+    assert observed["metadata"]["name"] == "named" and "managedFields" not in observed["metadata"]
+    assert observed["spec"]["scaleTargetRef"]["name"] == "named"
+    # Without spec.policy the policy depends on the target's GPUs: its workload is read too,
+    # and the answer is the listing reader's.
+    server.reset_request_counts()
+    found = direct.look_up([f"{NS}/unnamed"])
+    counts = server.request_counts()
+    assert counts == {("get", "elasticjobs"): 1, ("list", "deployments"): 1}
+    assert outside_rbac(counts, EVENT_WORKER_PERMISSIONS) == set()  # the event worker's account
+    listed = {job.key: job.policy for job in direct.elastic_jobs()}
+    assert found[f"{NS}/unnamed"].policy == listed[f"{NS}/unnamed"]
+    # Under EDL as the cluster policy a job without spec.policy is EDL's either way.
+    edl = DirectClusterReader(kube, gpu_resource=DEFAULT_GPU_RESOURCE, default_policy="edl")
+    server.reset_request_counts()
+    assert edl.look_up([f"{NS}/unnamed"])[f"{NS}/unnamed"].policy == "edl"
+    assert server.request_counts() == {("get", "elasticjobs"): 1}

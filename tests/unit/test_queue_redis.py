@@ -135,3 +135,34 @@ def test_is_the_queue_store_port(queue: RedisSchedulerQueue) -> None:
     port: QueueStore = queue  # mypy checks the shape; the depths check behaviour
     queue.push_entry(WAIT, "x", {"n": 1}, now=0.0)
     assert port.depths() == {TRAIN: 0, WAIT: 1}
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_reads_processed"])
+
+
+def test_pop_and_ack_are_one_round_trip_each_and_survive_a_script_flush(
+    client: redis.Redis, queue: RedisSchedulerQueue
+) -> None:
+    queue.push_entry(TRAIN, "a", {"n": 1}, now=1.0)
+    queue.push_entry(TRAIN, "b", {"n": 2}, now=2.0)
+    before = _reads(client)
+    popped, replies = queue.pop_deliveries_after(
+        lambda pipe: pipe.get("t:other"), lease_seconds=10, now=3.0, count=1
+    )
+    # The commands queued before the pop ride in its round trip (no SCRIPT EXISTS first).
+    assert _reads(client) - before - 1 == 1
+    assert [d.item_id for d in popped] == ["a"] and replies == [None]
+    before = _reads(client)
+    acked, newer = queue.ack_and_look(popped, answers={"t:reply:x": "yes"})
+    assert _reads(client) - before - 1 == 1
+    assert acked == [True] and not newer and client.lrange("t:reply:x", 0, -1) == [b"yes"]
+    # A restart or failover empties the script cache: the scripts are loaded again and
+    # only their calls are sent again (the answer is pushed once).
+    client.script_flush()
+    popped = queue.pop_deliveries(lease_seconds=10, now=4.0, count=1)
+    assert [d.item_id for d in popped] == ["b"]
+    client.script_flush()
+    acked, _ = queue.ack_and_look(popped, answers={"t:reply:y": "yes"})
+    assert acked == [True] and client.lrange("t:reply:y", 0, -1) == [b"yes"]
+    assert queue.depths() == {TRAIN: 0, WAIT: 0}

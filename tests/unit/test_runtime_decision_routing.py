@@ -122,6 +122,39 @@ def test_a_report_of_an_edl_job_without_a_record_triggers_no_scale(rt: Runtime) 
     assert last is not None and last.epoch == 1  # kept for GET /jobs/{id}
 
 
+def test_a_planned_job_of_a_per_report_policy_is_still_decided_on_its_reports(
+    rt: Runtime,
+) -> None:
+    # The planner sees every ElasticJob in scope, throughput's too (it counts them in
+    # the snapshot); only its own policy's are its candidates. Their reports must not
+    # all go to the cluster policy once a plan exists (they did: "in the plan" was
+    # taken for "the cluster policy's").
+    jobs = tuple(
+        ElasticJob(
+            name=name,
+            min_replicas=1,
+            max_replicas=4,
+            current_replicas=1,
+            requests=Resources(cpu_milli=1000, memory_mega=100),
+            limits=Resources(cpu_milli=1000, memory_mega=100),
+            policy=policy,
+        )
+        for name, policy in (("e", "edl"), ("t", "throughput"))
+    )
+    StaticClusterReader(rt.redis, prefix=PREFIX).store(
+        StaticCluster(nodes=(StaticNode(name="n1", cpu_milli=8000, memory_mega=10_000),), jobs=jobs)
+    )
+    handlers.autoscale_once(rt, send_scale=lambda _: None, owner="test")
+    plan = rt.store.latest_plan()
+    assert plan is not None and plan.policies == {"default/e": "edl", "default/t": "throughput"}
+    sent: list[handlers.ScaleCommand] = []
+    for job in ("default/t", "default/e"):
+        handlers.accept_report(rt, EpochReport(job=job, replicas=3, epoch=0))
+    assert handlers.schedule_once(rt, send_scales=sent.extend).decisions == 1
+    assert [(c.job, c.target, c.policy) for c in sent] == [("default/t", 3, "throughput")]
+    assert rt.store.last_report("default/e") is not None  # kept for the cluster policy
+
+
 def test_a_report_of_a_job_recorded_under_the_cluster_policy_triggers_no_scale(
     rt: Runtime,
 ) -> None:

@@ -27,7 +27,7 @@ other job to the default scaler (Kubernetes, or the recording one).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -73,10 +73,13 @@ class ParameterServerScaler:
     def replicas_key(self) -> str:
         return self._store.key("ps:replicas")
 
-    def ps_urls(self, jobs: Sequence[str]) -> dict[str, str | None]:
-        """``ps_url`` of each job, with one read for all their records."""
-        records = self._store.get_jobs(list(jobs))
-        return {job: _ps_url(records.get(job)) for job in jobs}
+    def ps_urls(
+        self, jobs: Sequence[str], *, records: Mapping[str, JobRecord | None] | None = None
+    ) -> dict[str, str | None]:
+        """``ps_url`` of each job, with one read for all their records (none when the
+        caller read them already)."""
+        found = records if records is not None else self._store.get_jobs(list(jobs))
+        return {job: _ps_url(found.get(job)) for job in jobs}
 
     def current_replicas(self, job: str) -> int:
         """The parallelism the job's parameter server last accepted (0: never started)."""
@@ -199,12 +202,15 @@ class ParameterServerRouter:
         except redis.RedisError as error:
             raise TransientScaleError(f"reading {job}'s record: {error}") from error
 
-    def routed(self, jobs: Sequence[str]) -> dict[str, ReplicaScaler]:
-        """The scaler of each job, with one read for all of them (a batch's routing).
+    def routed(
+        self, jobs: Sequence[str], *, records: Mapping[str, JobRecord | None] | None = None
+    ) -> dict[str, ReplicaScaler]:
+        """The scaler of each job, with one read for all of them (a batch's routing;
+        none with ``records``, the jobs' records as the caller read them).
 
         Redis errors propagate: the caller has taken nothing yet and may retry whole.
         """
-        urls = self.parameter_servers.ps_urls(jobs)
+        urls = self.parameter_servers.ps_urls(jobs, records=records)
         return {
             job: self.parameter_servers if url is not None else self.default
             for job, url in urls.items()

@@ -47,13 +47,14 @@ Times are passed in from the injected clock, never read inside Redis.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
 
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.script_pipeline import call_in, execute
 
 TRAIN: Final = "train"
 WAIT: Final = "wait"
@@ -441,15 +442,37 @@ class RedisSchedulerQueue:
         scan: int = 1000,
     ) -> list[Delivery]:
         """Up to ``count`` items in queue order (train first), each job at most once."""
+        popped, _ = self.pop_deliveries_after(
+            None, lease_seconds=lease_seconds, now=now, queues=queues, count=count, scan=scan
+        )
+        return popped
+
+    def pop_deliveries_after(
+        self,
+        before: Callable[[Any], None] | None,
+        *,
+        lease_seconds: float,
+        now: float,
+        queues: tuple[str, ...] = QUEUES,
+        count: int = 1,
+        scan: int = 1000,
+    ) -> tuple[list[Delivery], list[Any]]:
+        """``pop_deliveries`` after the commands ``before`` queues on the same pipeline
+        (one round trip); returns the deliveries and those commands' replies."""
         for queue in queues:
             _check_queue(queue)
         ordered = [q for q in QUEUES if q in queues]  # the train queue is always served first
-        raw = [
-            _text(x)
-            for x in self._pop(
-                keys=self.keys, args=[_num(now), _num(lease_seconds), scan, count, *ordered]
-            )
-        ]
+        pipe = self._redis.pipeline(transaction=False)
+        if before is not None:
+            before(pipe)
+        call_in(
+            pipe,
+            self._pop,
+            keys=self.keys,
+            args=[_num(now), _num(lease_seconds), scan, count, *ordered],
+        )
+        *replies, popped = execute(self._redis, pipe)
+        raw = [_text(x) for x in popped]
         deliveries = []
         index = 0
         while index < len(raw):
@@ -465,7 +488,7 @@ class RedisSchedulerQueue:
                     entries=tuple(_entry(e) for e in entries),
                 )
             )
-        return deliveries
+        return deliveries, replies
 
     def ack_delivery(self, delivery: Delivery) -> bool:
         """Done with a delivery. False when its lease had expired and it was handed back."""
@@ -503,10 +526,10 @@ class RedisSchedulerQueue:
             pipe.rpush(key, answer)
             pipe.pexpire(key, wake_ttl_ms(answer_ttl))
         for d in deliveries:
-            self._ack(keys=self.keys, args=[d.queue, d.item_id, d.token], client=pipe)
+            call_in(pipe, self._ack, keys=self.keys, args=[d.queue, d.item_id, d.token])
         for d in deliveries:  # the item's pending entries: a lex range (see the key layout)
             pipe.zlexcount(f"{self._key(d.queue)}:pending", *_item_range(d.item_id))
-        replies = pipe.execute()[2 * len(answers) :]
+        replies = execute(self._redis, pipe)[2 * len(answers) :]
         acked = [bool(x) for x in replies[: len(deliveries)]]
         return acked, any(int(x) for x in replies[len(deliveries) :])
 

@@ -63,6 +63,9 @@ class PlanRecord(Record):
     generations: dict[str, int] = {}
     # Per-replica requests of every job the planner saw (schedule clamps with them).
     requests: dict[str, Resources] = {}
+    # The policy of every job the planner saw: ``schedule`` hands the cluster policy's
+    # jobs' reports to it and decides the others' (empty in records written before).
+    policies: dict[str, str] = {}
 
 
 class AutoscaleRun(Record):

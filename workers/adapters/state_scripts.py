@@ -66,7 +66,7 @@ return 1
 
 BEGIN_SCALES = r"""
 local out = {}
-for i = 1, #KEYS, 3 do
+for i = 1, #KEYS, 4 do
   if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
     table.insert(out, 1)
     table.insert(out, redis.call('GET', KEYS[i + 1]) or '')
@@ -76,6 +76,8 @@ for i = 1, #KEYS, 3 do
     table.insert(out, '')
     table.insert(out, '')
   end
+  -- The job's record (its scaler's route: a ps_url), locked or not.
+  table.insert(out, redis.call('GET', KEYS[i + 3]) or '')
 end
 return out
 """

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 from redis.exceptions import LockError
@@ -55,6 +55,7 @@ from scheduler_core.models import (
 from scheduler_core.registry import policy_names
 from workers.adapters import state_scripts as scripts
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_records import (
     AppliedTarget,
     AutoscaleRun,
@@ -88,6 +89,16 @@ JOB_KEY_SUFFIXES = (
     "epochs",
     "last_report",
 )
+
+
+class BegunScale(NamedTuple):
+    """One job of ``begin_scales``: whether its lock was taken, with it its newest and
+    applied generation, and its record (None: report-only)."""
+
+    locked: bool
+    newest: int
+    applied: AppliedTarget | None
+    record: JobRecord | None
 
 
 class StateStore:
@@ -182,6 +193,30 @@ class StateStore:
             for i, (job, policy) in enumerate(jobs)
         ]
 
+    def read_chunk(
+        self, jobs: list[str], *, policies: tuple[str, ...]
+    ) -> tuple[dict[str, JobRecord], dict[tuple[str, str], ScheduleSnapshot]]:
+        """``get_jobs`` and ``read_schedule`` of every job under each of ``policies``
+        (those that may drive it before its record says which), in one read."""
+        if not jobs:
+            return {}, {}
+        keys = []
+        for job in jobs:
+            keys += [self.key(f"job:{job}"), self.job_key(job, "schedule")]
+            keys += [self.job_key(job, "generation")]
+            keys += [self.job_key(job, f"policy:{policy}") for policy in policies]
+        values = [_opt_text(v) for v in self.redis.mget(keys)]
+        width = 3 + len(policies)
+        records: dict[str, JobRecord] = {}
+        snapshots: dict[tuple[str, str], ScheduleSnapshot] = {}
+        for i, job in enumerate(jobs):
+            record, cursor, generation, *states = values[width * i : width * (i + 1)]
+            if record:
+                records[job] = JobRecord.model_validate_json(record)
+            for policy, state in zip(policies, states, strict=True):
+                snapshots[(job, policy)] = ScheduleSnapshot(job, policy, state, cursor, generation)
+        return records, snapshots
+
     def write_schedule(
         self, writes: list[tuple[ScheduleSnapshot, ScheduleWrite | None]]
     ) -> list[bool]:
@@ -197,7 +232,9 @@ class StateStore:
                 continue
             record, report = write.record, write.newest_report
             job = snapshot.job
-            self._compare_and_set(
+            call_in(
+                pipe,
+                self._compare_and_set,
                 keys=[
                     self.job_key(job, f"policy:{snapshot.policy}"),
                     self.job_key(job, "schedule"),
@@ -220,10 +257,9 @@ class StateStore:
                     "" if report is None else report.model_dump_json(),
                     *(r.model_dump_json() for r in write.for_cluster),
                 ],
-                client=pipe,
             )
             queued.append(snapshot)
-        results = iter(pipe.execute() if queued else [])
+        results = iter(execute(self.redis, pipe) if queued else [])
         return [True if write is None else bool(next(results)) for _, write in writes]
 
     def schedule_transaction(
@@ -292,12 +328,11 @@ class StateStore:
         record = AppliedTarget.model_validate_json(applied) if applied else None
         return int(generation or 0), record
 
-    def begin_scales(
-        self, jobs: list[str], *, token: str, ttl: float
-    ) -> list[tuple[bool, int, AppliedTarget | None]]:
+    def begin_scales(self, jobs: list[str], *, token: str, ttl: float) -> list[BegunScale]:
         """Take each job's scale lock if free; with it, its newest and applied generation.
 
-        One round trip for the batch: per job (locked, newest generation, applied).
+        One round trip for the batch, which also reads each job's record (the
+        scaler's route, ``workers.adapters.parameter_server``).
         """
         keys = []
         for job in jobs:
@@ -305,13 +340,20 @@ class StateStore:
                 self.key(f"lock:scale:{job}"),
                 self.job_key(job, "generation"),
                 self.job_key(job, "applied"),
+                self.key(f"job:{job}"),
             ]
         raw = self._begin_scales(keys=keys, args=[token, max(1, int(ttl * 1000))]) if jobs else []
         out = []
         for i in range(len(jobs)):
-            locked, generation, applied = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
-            record = AppliedTarget.model_validate_json(applied) if applied else None
-            out.append((bool(int(locked)), int(generation or 0), record))
+            locked, generation, applied, job_record = raw[4 * i : 4 * i + 4]
+            out.append(
+                BegunScale(
+                    locked=bool(int(locked)),
+                    newest=int(generation or 0),
+                    applied=AppliedTarget.model_validate_json(applied) if applied else None,
+                    record=JobRecord.model_validate_json(job_record) if job_record else None,
+                )
+            )
         return out
 
     def finish_scales(
@@ -352,7 +394,14 @@ class StateStore:
 
     def latest_plan(self) -> PlanRecord | None:
         """The newest cluster plan with every decision's reason."""
-        raw = self.redis.get(self.key("plan:latest"))
+        return self.plan_of(self.redis.get(self.key("plan:latest")))
+
+    def latest_plan_in(self, pipe: Any) -> None:
+        """Queue the read of the newest plan on ``pipe``; its reply goes to ``plan_of``."""
+        pipe.get(self.key("plan:latest"))
+
+    @staticmethod
+    def plan_of(raw: Any) -> PlanRecord | None:
         return PlanRecord.model_validate_json(raw) if raw else None
 
     def plan_history(self, *, limit: int = 20) -> list[PlanRecord]:
@@ -523,8 +572,9 @@ class StateStore:
         client = pipe if pipe is not None else self.redis
         return bool(client.set(self.key(name), "1", nx=True, px=max(1, int(ttl * 1000))))
 
-    def clear_flag(self, name: str) -> None:
-        self.redis.delete(self.key(name))
+    def clear_flag(self, name: str, *, pipe: Any = None) -> None:
+        """Delete a flag (on ``pipe``: queued)."""
+        (pipe if pipe is not None else self.redis).delete(self.key(name))
 
 
 def _text(value: Any) -> str:

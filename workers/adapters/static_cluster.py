@@ -19,13 +19,14 @@ recorded: that snapshot and those jobs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler_core.models import ClusterResource, ElasticJob, NodeResources
+from scheduler_core.ports import ObservedJob
 
 
 class StaticNode(BaseModel):
@@ -90,6 +91,12 @@ class StaticClusterReader:
             else job
             for job in cluster.jobs
         )
+
+    def look_up(self, jobs: Sequence[str]) -> Mapping[str, ObservedJob]:
+        """``JobLookup``: the described jobs among ``jobs`` (one read), with no object."""
+        wanted = set(jobs)
+        cluster = self._load()
+        return {j.key: ObservedJob(policy=j.policy) for j in cluster.jobs if j.key in wanted}
 
     def inquire(self) -> ClusterResource:
         cluster = self._load()

@@ -10,6 +10,9 @@ each read here is a handful of paged LISTs, answered and forgotten:
   a custom-resource target costs a GET of its ``/scale``. Pods are not read,
   so ``all_pods_unschedulable`` is always False here (only the planner plans).
 - ``has_elastic_job``: one GET (``submit``'s check that a job can be scaled);
+- ``look_up``: one GET per named ElasticJob (``schedule``'s check of which
+  policy drives a job it has no record of); the object read goes on with the
+  job's scale (``ScaleRequest.observed``), so the scaler does not read it again;
 - ``inquire``: nodes and non-terminated pods (EDL's ``InquiryResource``),
   for the rare caller outside the planner that wants the whole picture.
 """
@@ -17,13 +20,15 @@ each read here is a handful of paged LISTs, answered and forgotten:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from scheduler_core.accounting import inquire
 from scheduler_core.models import ClusterResource, ElasticJob
+from scheduler_core.ports import ObservedJob
 from workers.adapters.kubernetes.cache import LIST_PAGE_SIZE, NON_TERMINATED_PODS
 from workers.adapters.kubernetes.client import JsonObject, KubeApiError, KubeClient
 from workers.adapters.kubernetes.jobs import (
+    EDL,
     ScaleTargetView,
     elastic_job,
     namespace_and_name,
@@ -80,6 +85,66 @@ class DirectClusterReader:
                 return False
             raise
         return True
+
+    def look_up(self, jobs: Sequence[str]) -> Mapping[str, ObservedJob]:
+        """``JobLookup``: each named ElasticJob in scope that exists (one GET each), with
+        its policy and the object as read (without ``managedFields``: it travels in a
+        Celery message; a write without them keeps the server's own)."""
+        found: dict[str, ObservedJob] = {}
+        for key in jobs:
+            namespace, _, name = key.partition("/")
+            if self._namespaces and namespace not in self._namespaces:
+                continue
+            try:
+                resource = self._client.request("GET", ELASTICJOBS.object_path(namespace, name))
+            except KubeApiError as error:
+                if error.status == NOT_FOUND:
+                    continue
+                raise
+            policy = self._policy(resource)
+            if policy is None:
+                continue
+            meta = {
+                k: v for k, v in (resource.get("metadata") or {}).items() if k != "managedFields"
+            }
+            found[key] = ObservedJob(policy=policy, observed={**resource, "metadata": meta})
+        return found
+
+    def _policy(self, resource: JsonObject) -> str | None:
+        """The policy that drives the job: its ``spec.policy``; without one it depends on
+        whether its replicas hold GPUs (``elastic_job``), so its target is read too."""
+        named = (resource.get("spec") or {}).get("policy")
+        if named:
+            return str(named)
+        if self._default_policy == EDL:
+            return EDL  # with GPUs or without: nothing to read
+        ref = scale_target_ref(resource)
+        if not (ref.api_version and ref.kind and ref.name):
+            return None
+        namespace, name = namespace_and_name(resource)
+        kind = self._resolver.resolve(ref.api_version, ref.kind)
+        workloads: dict[tuple[ResourceKind, str, str], JsonObject] = {}
+        if kind in WATCHED_TARGETS:
+            # A LIST of the one name: event workers may list these kinds, not get them.
+            named = {"fieldSelector": f"metadata.name={ref.name}"}
+            page = self._client.request("GET", kind.collection_path(namespace), query=named)
+            for workload in page.get("items") or []:
+                workloads[(kind, *namespace_and_name(workload))] = workload
+        view = self._target_view(resource, workloads)
+        if view is None:
+            return None
+        try:
+            job = elastic_job(
+                resource,
+                view,
+                [],
+                gpu_resource=self._gpu_resource,
+                default_policy=self._default_policy,
+            )
+        except ValueError as error:
+            log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
+            return None
+        return job.policy
 
     def elastic_jobs(self) -> Sequence[ElasticJob]:
         resources = sorted(self._list(ELASTICJOBS), key=namespace_and_name)

@@ -63,7 +63,8 @@ SCALE_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
 
 EVENT_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
     # direct.py: elastic_jobs (paged LISTs of ElasticJobs and the built-in kinds
-    # they target) and has_elastic_job (submit's one GET). No watch, no cache.
+    # they target), has_elastic_job (submit's one GET) and look_up (schedule's one
+    # GET per job, a LIST of one name for its target). No watch, no cache.
     _grant(GROUP, (PLURAL,), ("get", "list"))
     | _grant("apps", _APPS_KINDS, ("list",))
     | _grant("batch", ("jobs",), ("list",))
