@@ -72,6 +72,24 @@ cifar10 -13/+1/-4/-15%, deepspeech2 -25/-18/+28/+3%, imagenet +1/+1/-/+1%,
 ncf -2/+24/-4/-8%, yolov3 +16/+18/-2/-8%: the mid-sized jobs with flat
 curves (bert, cifar10, deepspeech2) gain from sizes that follow the queue;
 yolov3 loses on w1-w2.
+
+Measured and not adopted (w1-4 geomean; 0.806 with the rules above):
+GPUs a protected start waits for kept from lower-ranked grows 0.807, but
+arrivals-1.5x 0.826 -> 0.845 and p99 1.145 (adding soon-deferred and
+admit-refused starts, and leftovers: 0.831-0.840); the goodput.queue probe
+priced halfway between perfect and no speedup 0.814; no more probes after
+one (three) reversed before measured 0.827 (0.818); a grow that takes GPUs
+from running jobs paying their restarts (the protect price) 0.815; start
+shape chosen by R x slowdown x (1 + n x w) 0.824; a start waiting for a
+packed slot while waited < k x (slowdown - 1) x R 0.797-0.834 by k and not
+monotone (it did not pack yolov3: its spread time on w3 rose); grows beyond
+the free GPUs predicted on extra nodes 0.835; a second pass predicting
+placements with the GPUs this round's shrinks free 0.827. What the numbers
+show: mean JCT is dominated by the long jobs (imagenet and yolov3 are about
+60% of w2's JCT sum); yolov3 on w2 waits 61800 s in all (Tiresias 19300 s)
+while its spread time is similar (84000 s against 78000 s); on w3, 16 of
+its 21 grows landed spread, 9 of them predicted packed: shrinks in the same
+round free GPUs on fuller nodes and MostAllocated puts the new pods there.
 """
 
 from __future__ import annotations
