@@ -84,7 +84,10 @@ shape chosen by R x slowdown x (1 + n x w) 0.824; a start waiting for a
 packed slot while waited < k x (slowdown - 1) x R 0.797-0.834 by k and not
 monotone (it did not pack yolov3: its spread time on w3 rose); grows beyond
 the free GPUs predicted on extra nodes 0.835; a second pass predicting
-placements with the GPUs this round's shrinks free 0.827. What the numbers
+placements with the GPUs this round's shrinks free 0.827; replaying the
+round in the cluster's order (shrinks, then the largest additions first)
+and dropping grows that land slower 0.809, with 3.68 restarts per job on
+w4 (the victims' shrinks stay, and repeat). What the numbers
 show: mean JCT is dominated by the long jobs (imagenet and yolov3 are about
 60% of w2's JCT sum); yolov3 on w2 waits 61800 s in all (Tiresias 19300 s)
 while its spread time is similar (84000 s against 78000 s); on w3, 16 of
