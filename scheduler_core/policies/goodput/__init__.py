@@ -87,7 +87,24 @@ the free GPUs predicted on extra nodes 0.835; a second pass predicting
 placements with the GPUs this round's shrinks free 0.827; replaying the
 round in the cluster's order (shrinks, then the largest additions first)
 and dropping grows that land slower 0.809, with 3.68 restarts per job on
-w4 (the victims' shrinks stay, and repeat). What the numbers
+w4 (the victims' shrinks stay, and repeat). The ranked pass predicting in
+the cluster's apply order (issue 18, second try): judging a grow on a view
+where the GPUs it takes from the lowest-ranked jobs are back on their nodes
+(``replicaset_shrink``) 0.835 (w3 0.795 -> 0.856: bert and yolov3 held small
+run longer), later predictions seeing those GPUs 0.812, a grow sized as the
+fastest predicted shape in running+1..size 0.822 (0.820 on today's
+prediction), starts beyond the unclaimed GPUs shaped on that view 0.806 with
+1.26 restarts per job on w2; a fixed point (run the pass, replay it in apply
+order: shrinks, then additions largest first, MostAllocated; run it again
+with every grow that lands slower than the job runs now held, so its
+victims keep their GPUs) 0.800 (w2 0.692, w3 0.786, w4 0.883: yolov3 held
+at 2 GPUs on w4, 18234 -> 20785 s), the same for any margin (0 to 2
+restarts, 3%): the held grows are exactly those landing on more nodes than
+the pass predicted; but resampled 0.763 -> 0.777, arrivals-1.5x 0.826 ->
+0.831 (arrivals-0.75x 0.783 -> 0.757, long-2x 0.723 -> 0.719) and sensitivity
+``hold_fraction`` 1.25x +0.032, ``start_fraction`` 1.25x +0.034; holding
+only shapes with a measured slowdown 0.801 (w3 0.820, w4 0.851), resampled
+still 0.777. What the numbers
 show: mean JCT is dominated by the long jobs (imagenet and yolov3 are about
 60% of w2's JCT sum); yolov3 on w2 waits 61800 s in all (Tiresias 19300 s)
 while its spread time is similar (84000 s against 78000 s); on w3, 16 of
