@@ -18,13 +18,14 @@ import json
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s_client
 from kubernetes import watch as k8s_watch
+from urllib3.exceptions import ProtocolError
 
 from scheduler_core.models import EpochReport
 from tests.integration.conftest import PREFIX, Procs, wait_for
@@ -62,12 +63,22 @@ class History:
         self.generations: dict[str, list[int]] = defaultdict(list)
         self._api = api_client
         self._watches = [k8s_watch.Watch(), k8s_watch.Watch()]
+        self._stopping = threading.Event()
         self._threads = [
-            threading.Thread(target=self._deployments, daemon=True),
-            threading.Thread(target=self._elastic_jobs, daemon=True),
+            threading.Thread(target=self._until_stopped, args=(self._deployments,), daemon=True),
+            threading.Thread(target=self._until_stopped, args=(self._elastic_jobs,), daemon=True),
         ]
         for thread in self._threads:
             thread.start()
+
+    def _until_stopped(self, follow: Callable[[], None]) -> None:
+        # Watch.stop() takes effect at the next event; the server stopping
+        # first ends the stream mid-chunk. Only then is that not an error.
+        try:
+            follow()
+        except ProtocolError:
+            if not self._stopping.is_set():
+                raise
 
     def _deployments(self) -> None:
         apps = k8s_client.AppsV1Api(self._api)
@@ -92,6 +103,7 @@ class History:
                 series.append(int(match.group(1)))
 
     def stop(self) -> None:
+        self._stopping.set()
         for watch in self._watches:
             watch.stop()
 
