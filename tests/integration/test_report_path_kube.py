@@ -17,9 +17,9 @@ import pytest
 
 from scheduler_core.models import EpochReport
 from tests.integration.conftest import Procs, wait_for
-from tests.integration.test_kube_adapter import NS, create_workload
+from tests.integration.test_kube_adapter import NS
+from tests.integration.throughput_jobs import create_throughput_jobs, loopback_apiserver
 from trainscaler_sim.apiserver import LoopbackApiServer
-from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS
 from workers.adapters.state_store import StateStore
@@ -29,30 +29,8 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def apiserver(tmp_path: Path) -> Iterator[tuple[LoopbackApiServer, Path]]:
-    api = LoopbackApiServer(host="127.0.0.1", port=0)
-    api.start()
-    try:
-        install_crd(api.api_client())
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
-
-
-def _job(kube: KubeClient, name: str) -> None:
-    create_workload(kube, "Deployment", name, replicas=1)
-    spec = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-        "minReplicas": 0,
-        "maxReplicas": 50,
-        "policy": "throughput",  # per-report decisions: each report is decided in schedule
-    }
-    body = {
-        "apiVersion": "trainscaler.io/v1alpha1",
-        "kind": "ElasticJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
-    kube.request("POST", ELASTICJOBS.collection_path(NS), body=body)
+    with loopback_apiserver(tmp_path / "kubeconfig") as served:
+        yield served
 
 
 def _replicas(kube: KubeClient, name: str) -> int:
@@ -66,12 +44,7 @@ def test_a_report_that_scales_a_job_reads_its_current_state_once(
 ) -> None:
     server, kubeconfig = apiserver
     kube = KubeClient(server.api_client())
-    kube.request(
-        "POST", "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-    )  # fmt: skip
-    for name in ("warm", "trainer"):
-        _job(kube, name)
+    create_throughput_jobs(kube, ("warm", "trainer"))
     procs.worker(
         "k",
         extra_env={

@@ -30,9 +30,9 @@ from urllib3.exceptions import ProtocolError
 from scheduler_core.models import EpochReport
 from tests.integration.conftest import PREFIX, Procs, wait_for
 from tests.integration.replay import replay_throughput
-from tests.integration.test_kube_adapter import NS, create_workload
+from tests.integration.test_kube_adapter import NS
+from tests.integration.throughput_jobs import create_throughput_jobs, loopback_apiserver
 from trainscaler_sim.apiserver import LoopbackApiServer
-from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
 from workers.adapters.kubernetes.kinds import ELASTICJOBS
 
@@ -45,14 +45,8 @@ GENERATION = re.compile(r"^gen (\d+) ")
 
 @pytest.fixture
 def apiserver(tmp_path: Path) -> Iterator[tuple[LoopbackApiServer, Path]]:
-    api = LoopbackApiServer(host="127.0.0.1", port=0, controllers=True, scheduler=True)
-    api.start()
-    try:
-        api.add_node("node-a", cpu="64", memory="256Gi", gpus=8)
-        install_crd(api.api_client())
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
+    with loopback_apiserver(tmp_path / "kubeconfig", simulate_cluster=True) as served:
+        yield served
 
 
 class History:
@@ -108,30 +102,6 @@ class History:
             watch.stop()
 
 
-def _setup_jobs(kube: KubeClient) -> list[str]:
-    kube.request(
-        "POST", "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-    )  # fmt: skip
-    names = [f"trainer{i}" for i in range(JOBS)]
-    for name in names:
-        create_workload(kube, "Deployment", name, replicas=1)
-        body = {
-            "apiVersion": "trainscaler.io/v1alpha1",
-            "kind": "ElasticJob",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                "minReplicas": 0,
-                "maxReplicas": 50,
-                # Per-report decisions (KubeML's throughput policy), not the cluster planner.
-                "policy": "throughput",
-            },
-        }
-        kube.request("POST", ELASTICJOBS.collection_path(NS), body=body)
-    return names
-
-
 def _round_reports(names: list[str], round_: int) -> dict[str, EpochReport]:
     return {
         name: EpochReport(
@@ -154,7 +124,7 @@ def test_kill9_of_the_kubernetes_scaling_worker_leaves_exact_replicas_and_no_sta
 ) -> None:
     server, kubeconfig = apiserver
     kube = KubeClient(server.api_client())
-    names = _setup_jobs(kube)
+    names = create_throughput_jobs(kube, (f"trainer{i}" for i in range(JOBS)))
     history = History(server.api_client())
     env = {
         "TRAINSCALER_SCALER": "kubernetes",

@@ -18,11 +18,10 @@ from scheduler_core.models import EpochReport
 from tests.integration.conftest import PREFIX, Procs, wait_for
 from tests.integration.metrics_scrape import sample, scrape_until
 from tests.integration.replay import replay_throughput
-from tests.integration.test_kube_adapter import NS, create_workload
+from tests.integration.test_kube_adapter import NS
+from tests.integration.throughput_jobs import create_throughput_jobs, loopback_apiserver
 from trainscaler_sim.apiserver import LoopbackApiServer
-from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
-from workers.adapters.kubernetes.kinds import ELASTICJOBS
 from workers.adapters.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(180)
@@ -35,37 +34,8 @@ INCREMENTS = ("hincrbyfloat", "hincrby", "incrbyfloat")
 
 @pytest.fixture
 def apiserver(tmp_path: Path) -> Iterator[tuple[LoopbackApiServer, Path]]:
-    api = LoopbackApiServer(host="127.0.0.1", port=0)
-    api.start()
-    try:
-        install_crd(api.api_client())
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
-
-
-def _jobs(kube: KubeClient) -> list[str]:
-    kube.request(
-        "POST", "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-    )  # fmt: skip
-    names = [f"trainer{i}" for i in range(JOBS)]
-    for name in names:
-        create_workload(kube, "Deployment", name, replicas=1)
-        spec = {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": 0,
-            "maxReplicas": 50,
-            "policy": "throughput",  # per-report decisions, each one a scale
-        }
-        body = {
-            "apiVersion": "trainscaler.io/v1alpha1",
-            "kind": "ElasticJob",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": spec,
-        }
-        kube.request("POST", ELASTICJOBS.collection_path(NS), body=body)
-    return names
+    with loopback_apiserver(tmp_path / "kubeconfig") as served:
+        yield served
 
 
 def _commands(redis_client: Any) -> dict[str, int]:
@@ -79,7 +49,7 @@ def test_scaling_counts_kubernetes_requests_in_memory_with_no_redis_write(
 ) -> None:
     server, kubeconfig = apiserver
     kube = KubeClient(server.api_client())
-    names = _jobs(kube)
+    names = create_throughput_jobs(kube, (f"trainer{i}" for i in range(JOBS)))
     port = free_port()
     procs.worker(
         "k",
