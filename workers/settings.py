@@ -115,6 +115,13 @@ class Settings(BaseSettings):
     redis_sentinels: Annotated[tuple[str, ...], NoDecode] = ()
     redis_sentinel_master: str = Field(default="mymaster", min_length=1)
     redis_sentinel_password: str | None = Field(default=None, repr=False)
+    # Replicas a report's push waits for (Redis WAIT) before the report is
+    # accepted: replication is asynchronous, and a failover right after the push
+    # would otherwise lose a report the API already acknowledged. None means 1
+    # under Sentinel, 0 (no WAIT) otherwise. A WAIT that times out is logged and
+    # the report still accepted: WAIT bounds the window, it cannot close it.
+    redis_wait_replicas: int | None = Field(default=None, ge=0)
+    redis_wait_timeout_ms: int = Field(default=200, gt=0)
 
     # --- Celery runtime ---
     # Longer than the longest single task run (a scale call with its lock wait).
@@ -295,6 +302,13 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"not DNS-1123 labels: {', '.join(map(repr, bad))}")
         return tuple(sorted(set(value)))
+
+    @property
+    def replicas_to_wait(self) -> int:
+        """How many replicas a report's push waits for (``redis_wait_replicas``)."""
+        if self.redis_wait_replicas is not None:
+            return self.redis_wait_replicas
+        return 1 if self.redis_sentinels else 0
 
     def namespace_allowed(self, namespace: str) -> bool:
         """Whether trainscaler may read and scale jobs in this namespace."""

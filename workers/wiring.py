@@ -162,7 +162,13 @@ class Runtime:
     @cached_property
     def report_intake(self) -> ReportIntake:
         """A report's one Lua call into the queue (``workers.intake``)."""
-        return ReportIntake(self.redis, queue=self.queue, store=self.store)
+        return ReportIntake(
+            self.redis,
+            queue=self.queue,
+            store=self.store,
+            wait_replicas=self.settings.replicas_to_wait,
+            wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+        )
 
     @cached_property
     def dead_letters(self) -> DeadLetters:

@@ -21,14 +21,18 @@ through KEYS, built by its owner: the queue's by
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 import redis
 
 from scheduler_core.models import EpochReport
 from workers.adapters.redis_queue import QUEUE_LUA, TRAIN, RedisSchedulerQueue, wake_ttl_ms
+from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_scripts import HISTORY_LUA
 from workers.adapters.state_store import StateStore
+
+logger = logging.getLogger(__name__)
 
 # KEYS: the queue's keys (``RedisSchedulerQueue.keys``), then the wake-up flag, the
 # job's epoch counter and its metrics list.
@@ -96,10 +100,15 @@ class ReportIntake:
         *,
         queue: RedisSchedulerQueue,
         store: StateStore,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 200,
     ) -> None:
+        self._redis = client
         self._queue = queue
         self._store = store
         self._push = client.register_script(_PUSH_REPORT)
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
 
     def push(
         self,
@@ -115,7 +124,10 @@ class ReportIntake:
         job = report.job
         head, tail = split_at_epoch(report)
         is_epoch = report.epoch_time_s is not None
-        reply = self._push(
+        pipe = self._redis.pipeline(transaction=False)
+        call_in(
+            pipe,
+            self._push,
             keys=[
                 *self._queue.keys,
                 wake_key,
@@ -135,8 +147,28 @@ class ReportIntake:
                 "" if reply_to is None else json.dumps(reply_to),
             ],
         )
+        # WAIT follows the push on the pipeline's one connection: a replica that
+        # acknowledges holds the report (a promoted replica still has it queued;
+        # at worst it is decided twice, never lost). Same round trip.
+        waits = (
+            [("WAIT", self._wait_replicas, self._wait_timeout_ms)] if self._wait_replicas else []
+        )
+        results = execute(self._redis, pipe, then=waits)
+        reply = results[0]
+        if waits:
+            self._warn_if_unreplicated(job, int(results[-1]))
         merged, seq = self._queue.push_result(TRAIN, job, reply)
         epoch = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
         if epoch and report.epoch != int(epoch):
             report = report.model_copy(update={"epoch": int(epoch)})
         return PushedReport(report=report, seq=seq, merged=merged, woke=bool(int(reply[2])))
+
+    def _warn_if_unreplicated(self, job: str, acknowledged: int) -> None:
+        if acknowledged < self._wait_replicas:
+            logger.warning(
+                "report for %s accepted with %d of %d replicas acknowledging within %d ms",
+                job,
+                acknowledged,
+                self._wait_replicas,
+                self._wait_timeout_ms,
+            )

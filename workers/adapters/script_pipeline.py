@@ -24,9 +24,16 @@ def call_in(pipe: Any, script: Any, *, keys: Sequence[Any], args: Sequence[Any])
     script(keys=list(keys), args=list(args), client=pipe)
 
 
-def execute(client: redis.Redis, pipe: Any) -> list[Any]:
+def execute(client: redis.Redis, pipe: Any, *, then: Sequence[Sequence[Any]] = ()) -> list[Any]:
     """``pipe.execute()`` without ``SCRIPT EXISTS`` first; script calls the server did
-    not know are loaded and sent again. Raises the first error, as ``execute`` does."""
+    not know are loaded and sent again. Raises the first error, as ``execute`` does.
+
+    ``then``: commands that must follow the pipeline's writes on the same
+    connection (``WAIT``): appended to it, and sent again after any resent
+    calls; their results (from the last sending) end the list.
+    """
+    for command in then:
+        pipe.execute_command(*command)
     # redis-py checks these before every execute; NOSCRIPT is handled below instead.
     scripts: dict[str, Script] = {script.sha: script for script in pipe.scripts}
     pipe.scripts.clear()
@@ -39,8 +46,13 @@ def execute(client: redis.Redis, pipe: Any) -> list[Any]:
         again: Any = client.pipeline(transaction=False)
         for i in missing:
             again.execute_command(*sent[i])
-        for i, result in zip(missing, again.execute(raise_on_error=False), strict=True):
+        for command in then:
+            again.execute_command(*command)
+        resent = again.execute(raise_on_error=False)
+        for i, result in zip(missing, resent, strict=False):
             results[i] = result
+        if then:
+            results[-len(then) :] = resent[-len(then) :]
     for result in results:
         if isinstance(result, Exception):
             raise result
