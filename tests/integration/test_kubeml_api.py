@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -26,6 +25,7 @@ import redis
 from scheduler_core.models import TrainRequest
 from tests.integration.api_fixtures import ServedApi
 from tests.integration.conftest import BASE_ENV, PREFIX, settings_for
+from tests.integration.http_stub import serving
 from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
 from workers.adapters.redis_server import free_port
 from workers.adapters.state_store import JobRecord, ScheduleCursor, StateStore
@@ -112,15 +112,8 @@ def router() -> Iterator[tuple[FakeRouter, str]]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(Handler) as base:
+        yield state, base
 
 
 def kubeml_settings(redis_url: str, **extra: str) -> Settings:

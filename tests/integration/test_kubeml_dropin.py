@@ -30,7 +30,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -39,6 +39,7 @@ import redis
 
 from tests.integration.api_fixtures import ServedApi
 from tests.integration.conftest import BASE_ENV, Procs, settings_for, wait_for
+from tests.integration.http_stub import serving
 from workers.api.kubeml_compat import create_kubeml_app
 from workers.wiring import Runtime
 
@@ -286,16 +287,9 @@ def _handler(side: KubemlSide, ps_url: list[str]) -> type[BaseHTTPRequestHandler
 def kubeml_ps() -> Iterator[tuple[KubemlSide, str]]:
     side = KubemlSide()
     url: list[str] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(side, url))
-    url.append(f"http://127.0.0.1:{server.server_address[1]}")
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield side, url[0]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(_handler(side, url)) as base:
+        url.append(base)
+        yield side, base
 
 
 def test_kubeml_controller_ps_and_job_run_unchanged_against_trainscaler(

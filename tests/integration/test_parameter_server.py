@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -27,6 +27,7 @@ from scheduler_core.ports import (
     TransientScaleError,
 )
 from tests.integration.conftest import PREFIX, wait_for
+from tests.integration.http_stub import serving
 from tests.unit.builders import scale_request
 from workers.adapters.parameter_server import (
     ParameterServerRouter,
@@ -90,15 +91,8 @@ def ps() -> Iterator[tuple[FakeParameterServer, str]]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}/ps"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(Handler) as base:
+        yield state, f"{base}/ps"
 
 
 def _record(store: StateStore, job_id: str, ps_url: str | None) -> str:
