@@ -65,7 +65,13 @@ def loopback() -> Iterator[LoopbackApiServer]:
         server.stop()
 
 
-def _elector(server: LoopbackApiServer, identity: str, clock: SteppedClock) -> LeaderElector:
+def _elector(
+    server: LoopbackApiServer,
+    identity: str,
+    clock: SteppedClock,
+    *,
+    timing: ElectionTiming = TIMING,
+) -> LeaderElector:
     return LeaderElector(
         client=KubeClient(server.api_client()),
         namespace=NS,
@@ -73,7 +79,7 @@ def _elector(server: LoopbackApiServer, identity: str, clock: SteppedClock) -> L
         identity=identity,
         clock=clock,
         wall_clock=clock,
-        timing=TIMING,
+        timing=timing,
     )
 
 
@@ -112,13 +118,10 @@ def test_acquire_renew_expire_and_take_over(loopback: LoopbackApiServer) -> None
     # a finds another holder: its renew loop reports the lease lost at once.
     stop = threading.Event()
     result: list[bool] = []
-    fast = LeaderElector(
-        client=KubeClient(loopback.api_client()),
-        namespace=NS,
-        name=LEASE,
-        identity="a",
-        clock=clock,
-        wall_clock=clock,
+    fast = _elector(
+        loopback,
+        "a",
+        clock,
         timing=ElectionTiming(lease_duration_s=3, renew_deadline_s=0.2, retry_period_s=0.05),
     )
     thread = threading.Thread(target=lambda: result.append(fast.renew_until_lost(stop)))
@@ -159,15 +162,7 @@ def test_release_hands_over_without_waiting_for_expiry(loopback: LoopbackApiServ
 def test_renewal_past_the_deadline_loses_the_lease(loopback: LoopbackApiServer) -> None:
     clock = SteppedClock(4_000_000.0)
     timing = ElectionTiming(lease_duration_s=3, renew_deadline_s=0.5, retry_period_s=0.05)
-    elector = LeaderElector(
-        client=KubeClient(loopback.api_client()),
-        namespace=NS,
-        name=LEASE,
-        identity="a",
-        clock=clock,
-        wall_clock=clock,
-        timing=timing,
-    )
+    elector = _elector(loopback, "a", clock, timing=timing)
     assert elector.try_acquire_or_renew()
     loopback.inject_faults(verb=None, rate=1.0, codes=(503,), seed=0, resource="leases")
     clock.now_s += 1.0  # past the renew deadline since the last good renewal
