@@ -13,7 +13,8 @@ A :class:`Curve` answers, from those points alone (no fitted shape):
   interpolated linearly in GPU-seconds per unit; below the smallest, perfect
   scaling is assumed; above the largest, no further speedup, except that while
   the curve still scales (efficiency at the largest count >= the threshold) up
-  to twice the largest count is predicted at that same efficiency: that is
+  to twice the largest count is predicted with the added replicas' gain
+  discounted by the efficiency already lost (rule goodput.probe): that is
   the probe worth making (KubeML's +1, doubling so that finding the knee
   costs log(n) restarts instead of n);
 * ``efficiency(n)``: speedup per replica against one replica (one replica's
@@ -116,8 +117,7 @@ class Curve:
         if replicas >= ns[-1]:
             top = ns[-1]
             if replicas > top and self.still_scaling():
-                # Probe prediction: the same GPU-seconds per unit up to twice the top.
-                return ts[-1] * top / min(replicas, 2 * top)
+                return self._probe_time(min(replicas, 2 * top))
             return ts[-1]
         i = bisect.bisect_left(ns, replicas)
         if ns[i] == replicas:
@@ -125,6 +125,23 @@ class Curve:
         n0, n1 = ns[i - 1], ns[i]
         g0, g1 = n0 * ts[i - 1], n1 * ts[i]
         return (g0 + (g1 - g0) * (replicas - n0) / (n1 - n0)) / replicas
+
+    def _probe_time(self, replicas: int) -> float:
+        """Seconds per unit predicted at ``replicas`` (top < replicas <= 2 x top).
+
+        Rule goodput.probe: the relative gain of the added replicas is
+        discounted by the efficiency the curve has already lost at its top:
+        speedup over the top = 1 + (replicas / top - 1) x efficiency(top).
+        At efficiency 1 this is perfect scaling; a curve at 0.7 is predicted
+        to gain 70% of a perfect doubling, not all of it. It replaced perfect
+        scaling up to twice the top, which made whether a probe was due
+        (``efficiency_threshold``) decide how much it promised: at a threshold
+        of 0.675 imagenet probed to 48-64 GPUs on promises its curve had
+        already broken and was shrunk back by every arrival (issue 18).
+        """
+        top = self.largest
+        gain = 1 + (replicas / top - 1) * self.efficiency(top)
+        return self.seconds[-1] / gain
 
     def efficient_size(self, max_replicas: int) -> tuple[int, bool]:
         """(largest measured count at or above the threshold, probe beyond it due)."""

@@ -43,6 +43,12 @@ def decide_job(
         # Rule goodput.queue: the price of a GPU its efficient size was chosen at.
         "gpu_weight": None if plan.gpu_weight is None else rounded(plan.gpu_weight),
     }
+    if plan.probe and plan.curve is not None:
+        # Rule goodput.probe: what the probe is predicted to gain over the top count.
+        largest = plan.curve.largest
+        numbers["probe_speedup"] = rounded(
+            plan.curve.unit_time(largest) / plan.curve.unit_time(2 * largest)
+        )
     if job.paused:
         rule, message = "goodput.paused", "paused: untouched"
     elif not plan.known:
