@@ -144,6 +144,29 @@ class SentinelSet:
         return port
 
 
+def start_replica(primary: EmbeddedRedis, data_dir: Path, *, password: str) -> EmbeddedRedis:
+    """A replica of ``primary`` (both with ``password``), started and in sync; the
+    caller stops it. It is stopped here if it never syncs."""
+    replica = EmbeddedRedis(
+        data_dir=data_dir,
+        password=password,
+        config_lines=(f"masterauth {_quoted(password)}", f"replicaof 127.0.0.1 {primary.port}"),
+    ).start()
+    client = redis.Redis.from_url(replica.url)
+    try:
+        wait_until(
+            lambda: client.info("replication").get("master_link_status") == "up",
+            timeout=30,
+            what="the replica in sync",
+        )
+    except BaseException:
+        replica.stop()
+        raise
+    finally:
+        client.close()
+    return replica
+
+
 @contextlib.contextmanager
 def sentinel_set(tmp: Path) -> Iterator[SentinelSet]:
     data_password = generate_password()
@@ -154,18 +177,7 @@ def sentinel_set(tmp: Path) -> Iterator[SentinelSet]:
     sentinels: list[EmbeddedSentinel] = []
     try:
         primary.start()
-        replica = EmbeddedRedis(
-            data_dir=tmp / "replica",
-            password=data_password,
-            config_lines=(auth, f"replicaof 127.0.0.1 {primary.port}"),
-        ).start()
-        replica_client = redis.Redis.from_url(replica.url)
-        wait_until(
-            lambda: replica_client.info("replication").get("master_link_status") == "up",
-            timeout=30,
-            what="the replica in sync",
-        )
-        replica_client.close()
+        replica = start_replica(primary, tmp / "replica", password=data_password)
         for n in range(3):
             sentinels.append(
                 EmbeddedSentinel(

@@ -211,6 +211,7 @@ def create_elastic_job(
     min_replicas: int = 1,
     max_replicas: int = 4,
     paused: bool = False,
+    policy: str = "edl",
 ) -> dict[str, Any]:
     body = {
         "apiVersion": "trainscaler.io/v1alpha1",
@@ -220,7 +221,7 @@ def create_elastic_job(
             "scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": name},
             "minReplicas": min_replicas,
             "maxReplicas": max_replicas,
-            "policy": "edl",
+            "policy": policy,
             "paused": paused,
         },
     }

@@ -18,7 +18,7 @@ import redis
 from redis.connection import Connection
 
 from scheduler_core.models import EpochReport
-from tests.integration.sentinel_fixtures import wait_until
+from tests.integration.sentinel_fixtures import start_replica
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis, generate_password
 from workers.adapters.report_intake import ReportIntake
@@ -28,29 +28,14 @@ from workers.settings import Settings
 pytestmark = pytest.mark.timeout(90)
 
 
-def _quoted(secret: str) -> str:
-    return '"' + secret.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
     password = generate_password()
-    auth = f"masterauth {_quoted(password)}"
-    with EmbeddedRedis(data_dir=tmp_path / "primary", password=password) as primary:
-        replica = EmbeddedRedis(
-            data_dir=tmp_path / "replica",
-            password=password,
-            config_lines=(auth, f"replicaof 127.0.0.1 {primary.port}"),
-        )
-        with replica:
-            client = redis.Redis.from_url(replica.url)
-            wait_until(
-                lambda: client.info("replication").get("master_link_status") == "up",
-                timeout=30,
-                what="the replica in sync",
-            )
-            client.close()
-            yield primary, replica
+    with (
+        EmbeddedRedis(data_dir=tmp_path / "primary", password=password) as primary,
+        start_replica(primary, tmp_path / "replica", password=password) as replica,
+    ):
+        yield primary, replica
 
 
 def _intake(client: redis.Redis, *, wait_replicas: int) -> tuple[ReportIntake, RedisSchedulerQueue]:

@@ -12,11 +12,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.integration.test_kube_adapter import NS, create_workload
+from tests.integration.test_kube_adapter import NS, create_elastic_job, create_workload
 from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import install_crd
 from workers.adapters.kubernetes.client import KubeClient
-from workers.adapters.kubernetes.kinds import ELASTICJOBS
 
 
 @contextmanager
@@ -50,17 +49,6 @@ def create_throughput_jobs(kube: KubeClient, names: Iterable[str]) -> list[str]:
     created = []
     for name in names:
         create_workload(kube, "Deployment", name, replicas=1)
-        body = {
-            "apiVersion": "trainscaler.io/v1alpha1",
-            "kind": "ElasticJob",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                "minReplicas": 0,
-                "maxReplicas": 50,
-                "policy": "throughput",
-            },
-        }
-        kube.request("POST", ELASTICJOBS.collection_path(NS), body=body)
+        create_elastic_job(kube, name, min_replicas=0, max_replicas=50, policy="throughput")
         created.append(name)
     return created
