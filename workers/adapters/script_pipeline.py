@@ -49,7 +49,7 @@ def execute(client: redis.Redis, pipe: Any, *, then: Sequence[Sequence[Any]] = (
         for command in then:
             again.execute_command(*command)
         resent = again.execute(raise_on_error=False)
-        for i, result in zip(missing, resent, strict=False):
+        for i, result in zip(missing, resent[: len(missing)], strict=True):
             results[i] = result
         if then:
             results[-len(then) :] = resent[-len(then) :]

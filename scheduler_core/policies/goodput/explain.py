@@ -44,10 +44,10 @@ def decide_job(
         "gpu_weight": None if plan.gpu_weight is None else rounded(plan.gpu_weight),
     }
     if plan.probe and plan.curve is not None:
-        # Rule goodput.probe: what the probe is predicted to gain over the top count.
-        largest = plan.curve.largest
+        # Rule goodput.probe: what the probe (its size, within the job's bounds) is
+        # predicted to gain over the top measured count.
         numbers["probe_speedup"] = rounded(
-            plan.curve.unit_time(largest) / plan.curve.unit_time(2 * largest)
+            plan.curve.unit_time(plan.curve.largest) / plan.curve.unit_time(plan.want)
         )
     if job.paused:
         rule, message = "goodput.paused", "paused: untouched"
