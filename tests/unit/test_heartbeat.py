@@ -153,7 +153,7 @@ def test_commands_needing_the_simulator_are_stubs_when_it_is_not_installed(
     """The container image ships no simulator: ``run`` says so; every other command works."""
     for name in [m for m in sys.modules if m.split(".")[0] == "trainscaler_sim"]:
         monkeypatch.delitem(sys.modules, name)
-    for name in ("workers.commands.run", "workers.commands.simulate"):
+    for name in ("workers.commands.run", "workers.commands.run_plan", "workers.commands.simulate"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     # None in sys.modules: importing the simulator raises ModuleNotFoundError.
     monkeypatch.setitem(sys.modules, "trainscaler_sim", None)

@@ -9,12 +9,12 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from workers.adapters.redis_server import redis_url, write_password_config
-from workers.commands.run import ClusterMode, Plan, _plan, _write_client_env
+from workers.commands.run_plan import ClusterMode, Plan, plan_run, write_client_env
 from workers.settings import Settings
 
 
 def _embedded_plan(tmp_path: Path) -> Plan:
-    return _plan(
+    return plan_run(
         Settings(),
         run_dir=tmp_path,
         cluster=ClusterMode.LOOPBACK,
@@ -43,7 +43,7 @@ def test_the_embedded_run_generates_a_redis_password_flower_auth_and_a_token(
 
 def test_the_env_file_holds_the_secrets_and_is_private(tmp_path: Path) -> None:
     plan = _embedded_plan(tmp_path)
-    path = _write_client_env(plan)
+    path = write_client_env(plan)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     text = path.read_text()
     settings = plan.settings
@@ -57,7 +57,7 @@ def test_a_preexisting_env_file_is_made_private(tmp_path: Path) -> None:
     plan = _embedded_plan(tmp_path)
     (tmp_path / "env").write_text("old")
     (tmp_path / "env").chmod(0o644)
-    assert stat.S_IMODE(_write_client_env(plan).stat().st_mode) == 0o600
+    assert stat.S_IMODE(write_client_env(plan).stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("password", ["p@ss/w:rd#?%", "plain", 'q"uo\\te'])

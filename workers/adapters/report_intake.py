@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import redis
 
 from scheduler_core.models import EpochReport
-from workers.adapters.redis_queue import QUEUE_LUA, TRAIN, RedisSchedulerQueue, wake_ttl_ms
+from workers.adapters.queue_scripts import QUEUE_LUA
+from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue, wake_ttl_ms
 from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_scripts import HISTORY_LUA
 from workers.adapters.state_store import StateStore
