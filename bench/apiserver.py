@@ -47,7 +47,7 @@ def measure(core: Any, *, samples: int) -> dict[str, float]:
 
 def fill(server: LoopbackApiServer, start: int, *, stop: int) -> None:
     """Create objects in-process: the benchmark is about serving, not populating."""
-    configmaps = server.operations.resource("", "v1", "configmaps")
+    configmaps = server.operations.resource("", "v1", plural="configmaps")
     for index in range(start, stop):
         server.operations.create_stored(
             configmaps,

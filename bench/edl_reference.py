@@ -34,7 +34,7 @@ class _Resource:
 
 
 def literal_plan(
-    jobs: tuple[ElasticJob, ...], cluster: ClusterResource, max_load_desired: float
+    jobs: tuple[ElasticJob, ...], cluster: ClusterResource, *, max_load_desired: float
 ) -> dict[str, tuple[int, dict[str, int]]]:
     """Job key -> (target replicas, assumed placements), EDL's loop structure."""
     nodes = cluster.nodes
@@ -74,11 +74,11 @@ def literal_plan(
         # EDL: sortedJobs() filters and sort.Sort()s every candidate every round.
         ordered = sorted(chosen, key=cmp_to_key(less))
         for job in ordered:
-            additional = _dry_run_up(r, job, diff[job.key], placements[job.key])
+            additional = _dry_run_up(r, job, cur_diff=diff[job.key], placed=placements[job.key])
             diff[job.key] += additional
             no_change = no_change and additional == 0
         for job in reversed(ordered):
-            additional = _dry_run_down(r, job, diff[job.key])
+            additional = _dry_run_down(r, job, cur_diff=diff[job.key])
             diff[job.key] += additional
             no_change = no_change and additional == 0
         if no_change:
@@ -89,7 +89,7 @@ def literal_plan(
     }
 
 
-def _search_assignable_node(r: _Resource, cpu: int, mem: int, gpu: int) -> str:
+def _search_assignable_node(r: _Resource, cpu: int, *, mem: int, gpu: int) -> str:
     best: tuple[int, int, int, str] | None = None
     for name, idle in r.cpu_idle.items():
         if cpu <= idle and mem <= r.mem_free[name] and gpu <= r.gpu_free[name]:
@@ -99,25 +99,25 @@ def _search_assignable_node(r: _Resource, cpu: int, mem: int, gpu: int) -> str:
     return "" if best is None else best[3]
 
 
-def _adjust(r: _Resource, job: ElasticJob, additional: int) -> None:
+def _adjust(r: _Resource, job: ElasticJob, *, additional: int) -> None:
     r.gpu_limit += job.limits.gpu * additional
     r.cpu_request += job.requests.cpu_milli * additional
     r.mem_request += job.requests.memory_mega * additional
 
 
-def _dry_run_up(r: _Resource, job: ElasticJob, cur_diff: int, placed: dict[str, int]) -> int:
+def _dry_run_up(r: _Resource, job: ElasticJob, *, cur_diff: int, placed: dict[str, int]) -> int:
     cpu, mem, gpu_limit = job.requests.cpu_milli, job.requests.memory_mega, job.limits.gpu
     gpu_need = max(job.requests.gpu, gpu_limit)
     planned = job.current_replicas + cur_diff
     if planned >= job.max_replicas:
         additional = job.max_replicas - planned
-        _adjust(r, job, additional)
+        _adjust(r, job, additional=additional)
         return additional
     if r.mem_total - r.mem_request <= mem:
         return 0
     if mem > 0 and r.mem_request + mem > r.mem_cap:
         return 0
-    node = _search_assignable_node(r, cpu, mem, gpu_need)
+    node = _search_assignable_node(r, cpu, mem=mem, gpu=gpu_need)
     if not node:
         return 0
     if cpu > 0 and r.cpu_request + cpu > r.cpu_cap:
@@ -128,14 +128,14 @@ def _dry_run_up(r: _Resource, job: ElasticJob, cur_diff: int, placed: dict[str, 
     r.mem_free[node] -= mem
     r.gpu_free[node] -= gpu_need
     placed[node] = placed.get(node, 0) + 1
-    _adjust(r, job, 1)
+    _adjust(r, job, additional=1)
     return 1
 
 
-def _dry_run_down(r: _Resource, job: ElasticJob, cur_diff: int) -> int:
+def _dry_run_down(r: _Resource, job: ElasticJob, *, cur_diff: int) -> int:
     planned = job.current_replicas + cur_diff
     if planned > job.max_replicas:
-        _adjust(r, job, -1)
+        _adjust(r, job, additional=-1)
         return -1
     over = (
         (job.limits.gpu > 0 and r.gpu_limit > r.gpu_cap)
@@ -143,6 +143,6 @@ def _dry_run_down(r: _Resource, job: ElasticJob, cur_diff: int) -> int:
         or (job.requests.memory_mega > 0 and r.mem_request > r.mem_cap)
     )
     if over and planned > job.min_replicas:
-        _adjust(r, job, -1)
+        _adjust(r, job, additional=-1)
         return -1
     return 0

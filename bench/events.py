@@ -177,7 +177,7 @@ def _reads(client: redis.Redis) -> int:
 
 
 @contextmanager
-def _workers(count: int, env: dict[str, str], logs: Path) -> Iterator[None]:
+def _workers(count: int, env: dict[str, str], *, logs: Path) -> Iterator[None]:
     celery = str(Path(sys.executable).with_name("celery"))
     started: list[subprocess.Popen[bytes]] = []
     try:
@@ -208,7 +208,7 @@ def _workers(count: int, env: dict[str, str], logs: Path) -> Iterator[None]:
                 process.wait(timeout=10)
 
 
-def _warm_up(app: Celery, client: redis.Redis, workers: int) -> None:
+def _warm_up(app: Celery, client: redis.Redis, *, workers: int) -> None:
     """Every worker is consuming once a burst of no-ops finishes quickly."""
     results = [app.send_task("trainscaler.noop") for _ in range(workers * 20)]
     for result in results:
@@ -216,7 +216,7 @@ def _warm_up(app: Celery, client: redis.Redis, workers: int) -> None:
     client.delete(APPLIED)
 
 
-def _ceiling(app: Celery, client: redis.Redis, messages: int) -> float:
+def _ceiling(app: Celery, client: redis.Redis, *, messages: int) -> float:
     start = time.time()
     ids = [app.send_task("trainscaler.noop").id for _ in range(messages)]
 
@@ -252,7 +252,7 @@ class Run:
     asked: int
 
 
-def _throughput(path: ReportPath, client: redis.Redis, messages: int, tag: str) -> Run:
+def _throughput(path: ReportPath, client: redis.Redis, *, messages: int, tag: str) -> Run:
     """Reports per second end to end, and Redis round trips per report."""
     client.delete(APPLIED)
     before = _reads(client)
@@ -331,13 +331,13 @@ def run(
         try:
             for count in worker_counts:
                 client.flushall()
-                with _workers(count, env, Path(tmp)):
-                    _warm_up(app, client, count)
-                    ceiling = _ceiling(app, client, messages)
+                with _workers(count, env, logs=Path(tmp)):
+                    _warm_up(app, client, workers=count)
+                    ceiling = _ceiling(app, client, messages=messages)
                     for name in paths:
                         path = ways[name]
                         tag = f"{name}{count}"
-                        loaded = _throughput(path, client, messages, f"t{tag}")
+                        loaded = _throughput(path, client, messages=messages, tag=f"t{tag}")
                         paced = _latency(path, client, rate=rate, duration=duration, tag=f"l{tag}")
                         figures.append(
                             Figures(

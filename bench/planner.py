@@ -110,12 +110,12 @@ def make_instance(
 
 
 def fast_plan(
-    jobs: tuple[ElasticJob, ...], cluster: ClusterResource, max_load_desired: float
+    jobs: tuple[ElasticJob, ...], cluster: ClusterResource, *, max_load_desired: float
 ) -> dict[str, tuple[int, dict[str, int]]]:
     result = EdlPolicy().decide(
         PolicyInput(jobs=jobs, cluster=cluster),
         EmptyState(),
-        EdlParams(max_load_desired=max_load_desired),
+        params=EdlParams(max_load_desired=max_load_desired),
     )
     return {d.job: (d.target, dict(d.placements)) for d in result.plan.decisions}
 
@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     # Identical plans on many small random instances first.
     for seed in range(20 if args.quick else 100):
         jobs, cluster = make_instance(40, 25, seed=seed)
-        if fast_plan(jobs, cluster, args.load) != literal_plan(jobs, cluster, args.load):
+        if fast_plan(jobs, cluster, max_load_desired=args.load) != literal_plan(
+            jobs, cluster, max_load_desired=args.load
+        ):
             print(f"MISMATCH on random instance seed={seed}")
             failures += 1
     print(f"identical plans on {20 if args.quick else 100} random instances: {failures == 0}")
@@ -159,14 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         label = "busy" if busy else "filling"
         # Best of several: a 30 ms run is at the mercy of one scheduler hiccup; the
         # literal port's 1.5 s run is not.
-        fast, fast_s = timed(lambda: fast_plan(jobs, cluster, args.load), repeat=7)  # noqa: B023
+        fast, fast_s = timed(lambda: fast_plan(jobs, cluster, max_load_desired=args.load), repeat=7)  # noqa: B023
         changed = sum(
             1
             for job in jobs
             if fast.get(job.key, (job.current_replicas,))[0] != job.current_replicas
         )
         if n_jobs <= literal_limit:
-            literal, literal_s = timed(lambda: literal_plan(jobs, cluster, args.load))  # noqa: B023
+            literal, literal_s = timed(
+                lambda: literal_plan(jobs, cluster, max_load_desired=args.load)  # noqa: B023
+            )
             same = literal == fast
             failures += 0 if same else 1
             print(

@@ -68,7 +68,7 @@ def _workloads(data_dir: Path, families: Sequence[str]) -> dict[str, dict[str, l
         BASE: {f"w{w}": jobs for w, jobs in base.items()}
     }
     for family in families:
-        out[family] = {k: list(v) for k, v in variant_family(family, base, traces).items()}
+        out[family] = {k: list(v) for k, v in variant_family(family, base, traces=traces).items()}
     return out
 
 
@@ -146,6 +146,7 @@ def sensitivity_variants() -> list[tuple[str, dict[str, Any]]]:
 def _geo(
     runs: Mapping[tuple[str, str, str, str], Run],
     family: str,
+    *,
     names: Sequence[str],
     label: str = "",
 ) -> float:
@@ -161,6 +162,7 @@ def _geo(
 def report(
     runs: Mapping[tuple[str, str, str, str], Run],
     workloads: Mapping[str, Sequence[str]],
+    *,
     sensitivity: Sequence[str],
 ) -> tuple[str, bool]:
     lines: list[str] = []
@@ -235,12 +237,12 @@ def report(
         lines.append(f"| {app} | " + " | ".join(cells) + " |")
     lines.append("")
     if sensitivity:
-        default = _geo(runs, BASE, base_names)
+        default = _geo(runs, BASE, names=base_names)
         lines.append(f"### sensitivity: {BASE} geomean vs tiresias (default {default:.3f})")
         lines.append("| parameter | geomean | change |")
         lines.append("|---|---|---|")
         for label in sensitivity:
-            value = _geo(runs, BASE, base_names, label)
+            value = _geo(runs, BASE, names=base_names, label=label)
             moved = abs(value - default)
             passed = moved <= SENSITIVITY_TARGET
             ok = ok and passed
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     # The longest runs (goodput) first, so the pool ends together.
     tasks.sort(key=lambda t: t["policy"] != "goodput")
     runs = run_all(tasks, processes=max(1, args.jobs))
-    text, ok = report(runs, workloads, [label for label, _ in sensitivity])
+    text, ok = report(runs, workloads, sensitivity=[label for label, _ in sensitivity])
     print(text)
     return 0 if ok else 1
 

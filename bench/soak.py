@@ -99,10 +99,10 @@ def _drive(rt: Runtime, *, jobs: int, reports_per_job: int, active: int, sweep_e
         for job in batch:
             handlers.finish_job(rt, job)
             _forget_in_stand_in(rt, job)
-        running_samples.append(_sample(rt, reports, time.monotonic() - started))
+        running_samples.append(_sample(rt, reports, seconds=time.monotonic() - started))
         if (generation + 1) % settle_every == 0 or generation == generations - 1:
             _settle(rt)
-            settled.append(_sample(rt, reports, time.monotonic() - started))
+            settled.append(_sample(rt, reports, seconds=time.monotonic() - started))
     return running_samples, settled
 
 
@@ -139,7 +139,7 @@ def _forget_in_stand_in(rt: Runtime, job: str) -> None:
     pipe.execute()
 
 
-def _sample(rt: Runtime, reports: int, seconds: float) -> Sample:
+def _sample(rt: Runtime, reports: int, *, seconds: float) -> Sample:
     info = rt.redis.info("memory")
     return Sample(
         reports=reports,

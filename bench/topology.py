@@ -165,7 +165,7 @@ def _watches(server: Any) -> int:
 
 
 @contextmanager
-def _scale_workers(concurrency: int, env: dict[str, str], log: Path) -> Iterator[int]:
+def _scale_workers(concurrency: int, env: dict[str, str], *, log: Path) -> Iterator[int]:
     celery = str(Path(sys.executable).with_name("celery"))
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -210,7 +210,7 @@ class WorkerFigures:
 
 
 def run_workers(
-    server: Any, kubeconfig: Path, redis_url: str, *, nodes: int, concurrency: int, tmp: Path
+    server: Any, kubeconfig: Path, *, redis_url: str, nodes: int, concurrency: int, tmp: Path
 ) -> WorkerFigures:
     from scheduler_core.models import Reason
     from workers.celery_app import create_app
@@ -229,7 +229,7 @@ def run_workers(
     watches_before = _watches(server)
     try:
         log = tmp / f"scale-{nodes}-{concurrency}.log"
-        with _scale_workers(concurrency, env, log) as pid:
+        with _scale_workers(concurrency, env, log=log) as pid:
             # Enough commands that every child takes some; each a new generation.
             results = []
             for index in range(8 * concurrency):
@@ -259,7 +259,7 @@ def run_workers(
 
 
 @contextmanager
-def _filled(nodes: int, jobs: int, tmp: Path) -> Iterator[tuple[Any, Path]]:
+def _filled(nodes: int, jobs: int, *, tmp: Path) -> Iterator[tuple[Any, Path]]:
     from trainscaler_sim.apiserver import LoopbackApiServer
 
     server = LoopbackApiServer(port=0, controllers=False, scheduler=False, history_limit=1000)
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         tmp = Path(tmp_name)
         for nodes in sizes:
-            with _filled(nodes, args.jobs, tmp) as (server, kubeconfig):
+            with _filled(nodes, args.jobs, tmp=tmp) as (server, kubeconfig):
                 planner[(nodes, args.jobs)] = _timed(
                     f"planner at {nodes} nodes, {args.jobs} jobs",
                     lambda: run_planner(server, kubeconfig, rounds=args.rounds, recount=True),
@@ -312,12 +312,12 @@ def main(argv: list[str] | None = None) -> int:
                             _timed(
                                 f"scale workers --concurrency {concurrency} at {nodes} nodes",
                                 lambda: run_workers(
-                                    server, kubeconfig, redis_server.url,
+                                    server, kubeconfig, redis_url=redis_server.url,
                                     nodes=nodes, concurrency=concurrency, tmp=tmp,  # noqa: B023
                                 ),
                             )
                         )  # fmt: skip
-        with _filled(sizes[-1], big_jobs, tmp) as (server, kubeconfig):
+        with _filled(sizes[-1], big_jobs, tmp=tmp) as (server, kubeconfig):
             planner[(sizes[-1], big_jobs)] = _timed(
                 f"planner at {sizes[-1]} nodes, {big_jobs} jobs",
                 lambda: run_planner(server, kubeconfig, rounds=args.rounds, recount=False),

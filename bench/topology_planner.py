@@ -63,12 +63,12 @@ def _recount_round(
         if workload is None:
             continue
         view = view_of_workload(workload)
-        target_pods = pods_of(view, namespace, by_namespace[namespace])
+        target_pods = pods_of(view, namespace, pods=by_namespace[namespace])
         jobs.append(
             elastic_job(
                 resource,
                 view,
-                target_pods,
+                target_pods=target_pods,
                 gpu_resource=settings.gpu_resource,
                 default_policy=settings.cluster_policy,
             )

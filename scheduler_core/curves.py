@@ -47,7 +47,7 @@ class CurvePoint(BaseModel):
 
 
 def add_point(
-    points: list[CurvePoint], replicas: int, seconds_per_unit: float, *, limit: int
+    points: list[CurvePoint], replicas: int, *, seconds_per_unit: float, limit: int
 ) -> list[CurvePoint]:
     """``points`` with one more measurement folded in; at most ``limit`` counts kept.
 
@@ -184,7 +184,7 @@ def packed_nodes(replicas: int, gpus_per_node: int) -> int:
 
 
 def curve_layers(
-    app_points: Mapping[str, list[CurvePoint]], application: str | None, own: list[CurvePoint]
+    app_points: Mapping[str, list[CurvePoint]], application: str | None, *, own: list[CurvePoint]
 ) -> list[list[CurvePoint]]:
     shared = app_points.get(application, []) if application is not None else []
     return [shared, own]

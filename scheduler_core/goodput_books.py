@@ -86,7 +86,7 @@ def add_spread(points: list[SpreadPoint], sample: SpreadPoint, *, limit: int) ->
 
 
 def spread_factor(
-    points: list[SpreadPoint], replicas: int, nodes: int, *, gpus_per_node: int, prior: float
+    points: list[SpreadPoint], replicas: int, *, nodes: int, gpus_per_node: int, prior: float
 ) -> float:
     """Predicted slowdown of ``replicas`` on ``nodes`` nodes against packed.
 
@@ -125,6 +125,7 @@ class GoodputApp(BaseModel):
 def ingest_reports(
     request: PolicyInput,
     jobs: Mapping[str, GoodputJob],
+    *,
     apps: Mapping[str, GoodputApp],
     limits: Limits,
 ) -> tuple[dict[str, GoodputJob], dict[str, GoodputApp]]:
@@ -141,7 +142,7 @@ def ingest_reports(
         book = books.get(report.job)
         if book is None:
             continue  # a job the policy never saw: nothing to attribute it to
-        book, apps = _ingest_one(report, book, apps, limits, request.now)
+        book, apps = _ingest_one(report, book, apps=apps, limits=limits, now=request.now)
         books[report.job] = book
     # Jobs no longer in the cluster are forgotten once their last reports are in.
     books = {k: v for k, v in books.items() if k in jobs_by_key}
@@ -154,6 +155,7 @@ def ingest_reports(
 def _ingest_one(
     report: EpochReport,
     book: GoodputJob,
+    *,
     apps: dict[str, GoodputApp],
     limits: Limits,
     now: float,
@@ -188,8 +190,12 @@ def _ingest_one(
             # A clean spread epoch at a count never measured packed is still the
             # best bound on it (spreading rarely helps): without it a job that only
             # ever lands spread would never learn its curve past what it started at.
-            points = add_point(points, report.replicas, seconds, limit=limits.history)
-            app_points = add_point(app_points, report.replicas, seconds, limit=limits.history)
+            points = add_point(
+                points, report.replicas, seconds_per_unit=seconds, limit=limits.history
+            )
+            app_points = add_point(
+                app_points, report.replicas, seconds_per_unit=seconds, limit=limits.history
+            )
         else:
             provisional = CurvePoint(replicas=report.replicas, seconds_per_unit=seconds)
             if clean and report.nodes is not None and measured_here:
@@ -248,7 +254,7 @@ def _ingest_one(
 
 
 def account_time(
-    request: PolicyInput, last_now: float | None, books: Mapping[str, GoodputJob]
+    request: PolicyInput, last_now: float | None, *, books: Mapping[str, GoodputJob]
 ) -> dict[str, GoodputJob]:
     """Seconds waited and GPU-seconds attained since the last round."""
     out: dict[str, GoodputJob] = {}
@@ -272,7 +278,7 @@ def is_running(job: ElasticJob) -> bool:
 
 
 def remaining_units(
-    book: GoodputJob, app: GoodputApp | None, settle_epochs: int
+    book: GoodputJob, app: GoodputApp | None, *, settle_epochs: int
 ) -> tuple[float | None, bool]:
     """Remaining units of work, and whether the estimate has settled."""
     if book.total_epochs is None:

@@ -53,7 +53,7 @@ class _Pod:
     limits: ResourceList
 
 
-def _add(total: dict[str, Fraction], change: Mapping[str, Fraction], sign: int) -> None:
+def _add(total: dict[str, Fraction], change: Mapping[str, Fraction], *, sign: int) -> None:
     for name, quantity in change.items():
         total[name] = total.get(name, _ZERO) + sign * quantity
 
@@ -93,7 +93,7 @@ class ClusterLedger:
             offers_room=node_offers_room(node),
         )
         self._nodes[key] = entry
-        _add(self._allocatable, entry.allocatable, 1)
+        _add(self._allocatable, entry.allocatable, sign=1)
         self._room.pop(name, None)
 
     def remove_node(self, key: str, *, keep_position: bool = False) -> None:
@@ -102,7 +102,7 @@ class ClusterLedger:
             return
         if not keep_position:
             del self._nodes[key]
-        _add(self._allocatable, entry.allocatable, -1)
+        _add(self._allocatable, entry.allocatable, sign=-1)
         self._room.pop(entry.name, None)
 
     def replace_nodes(self, nodes: Iterable[tuple[str, KubeObject]]) -> None:
@@ -149,10 +149,10 @@ class ClusterLedger:
             self.put_pod(key, pod)
 
     def _count(self, entry: _Pod, sign: int) -> None:
-        _add(self._requests, entry.requests, sign)
-        _add(self._limits, entry.limits, sign)
+        _add(self._requests, entry.requests, sign=sign)
+        _add(self._limits, entry.limits, sign=sign)
         if entry.node_name:
-            _add(self._bound.setdefault(entry.node_name, {}), entry.requests, sign)
+            _add(self._bound.setdefault(entry.node_name, {}), entry.requests, sign=sign)
             self._room.pop(entry.node_name, None)
 
     # --- the snapshot ----------------------------------------------------------

@@ -50,7 +50,7 @@ class NodeIndex:
         self._gpu_stride = (max([0, *cpu]) - self._cpu_low + 1) * self._memory_span
         # packed room -> heap of the names of the nodes with that room
         self._classes: dict[int, list[str]] = {}
-        packed = [self._pack(*free) for free in zip(cpu, memory, gpu, strict=True)]
+        packed = [self._pack(c, m, gpu=g) for c, m, g in zip(cpu, memory, gpu, strict=True)]
         for name, room_key in zip(names, packed, strict=True):
             self._classes.setdefault(room_key, []).append(name)
         for members in self._classes.values():
@@ -59,7 +59,7 @@ class NodeIndex:
         # (cpu, memory, gpu) shapes that found no node: room only shrinks, so never will.
         self._unplaceable: set[tuple[int, int, int]] = set()
 
-    def _pack(self, cpu: int, memory: int, gpu: int) -> int:
+    def _pack(self, cpu: int, memory: int, *, gpu: int) -> int:
         return (
             (gpu - self._gpu_low) * self._gpu_stride
             + (cpu - self._cpu_low) * self._memory_span
@@ -67,7 +67,7 @@ class NodeIndex:
             - self._memory_low
         )
 
-    def claim(self, cpu: int, mem: int, gpu: int) -> str | None:
+    def claim(self, cpu: int, mem: int, *, gpu: int) -> str | None:
         """Take room for one replica on the best-fit node; None when no node fits."""
         unplaceable = self._unplaceable
         if unplaceable and (cpu, mem, gpu) in unplaceable:

@@ -43,9 +43,9 @@ class FreeGpus:
     def take(self, name: str, count: int) -> None:
         """``count`` GPUs of node ``name`` are taken."""
         level = self._free[name]
-        self._move(name, level, level - count)
+        self._move(name, level, new_level=level - count)
 
-    def _move(self, name: str, level: int, new_level: int) -> None:
+    def _move(self, name: str, level: int, *, new_level: int) -> None:
         if new_level == level:
             return
         names = self._names[level]
@@ -112,7 +112,7 @@ class FreeGpus:
         return FreeGpus(self._free)
 
 
-def packable(size: int, free: FreeGpus, gpus_per_node: int) -> int:
+def packable(size: int, free: FreeGpus, *, gpus_per_node: int) -> int:
     """The largest count <= ``size`` that fits on the fewest nodes it needs."""
     for count in range(size, 0, -1):
         nodes = -(-count // max(gpus_per_node, 1))

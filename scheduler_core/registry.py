@@ -87,4 +87,4 @@ def decide(
     policy = get_policy(name)
     typed_params = params if isinstance(params, PolicyParams) else parse_params(name, params)
     typed_state = state if state is not None else policy.state_type()
-    return policy.decide(request, typed_state, typed_params)
+    return policy.decide(request, typed_state, params=typed_params)

@@ -78,7 +78,7 @@ def node_manifest(name: str, shape: NodeShape, *, address: str, now: dt.datetime
 def node_status(capacity: dict[str, str], *, address: str, now: dt.datetime) -> dict[str, Any]:
     stamp = _stamp(now)
 
-    def condition(kind: str, status: str, reason: str) -> dict[str, str]:
+    def condition(kind: str, status: str, *, reason: str) -> dict[str, str]:
         return {
             "type": kind,
             "status": status,
@@ -92,10 +92,10 @@ def node_status(capacity: dict[str, str], *, address: str, now: dt.datetime) -> 
         "capacity": capacity,
         "allocatable": dict(capacity),
         "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
-            condition("Ready", "True", "KubeletReady"),
+            condition("MemoryPressure", "False", reason="KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", reason="KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", reason="KubeletHasSufficientPID"),
+            condition("Ready", "True", reason="KubeletReady"),
         ],
         "addresses": [{"type": "InternalIP", "address": address}],
         "nodeInfo": {

@@ -73,7 +73,7 @@ def finish_job(rt: Runtime, job: str, *, reply_to: str | None = None) -> dict[st
         empty: bool = state == type(state)()
         return None if empty else str(state.model_dump_json())
 
-    rt.store.forget_job_policy(job, policy, forgotten)
+    rt.store.forget_job_policy(job, policy, forget=forgotten)
     scaler_forget = getattr(rt.scaler, "forget", None)
     if callable(scaler_forget):
         scaler_forget(job)  # parameter-server mode: its accepted parallelism too
@@ -82,7 +82,7 @@ def finish_job(rt: Runtime, job: str, *, reply_to: str | None = None) -> dict[st
     rt.store.save_job(record.model_copy(update={"finished_at": finished_at}))
     rt.retention.retire(job, at=finished_at)  # after the save: a SET clears a TTL
     if reply_to is not None:
-        answer(rt, reply_to, FinishReply(finished_at=finished_at))
+        answer(rt, reply_to, reply=FinishReply(finished_at=finished_at))
     return {"job": job, "queue_entries_removed": removed}
 
 

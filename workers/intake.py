@@ -152,7 +152,7 @@ def accept_submission(
         _, _, woke = rt.queue.push_and_wake(
             WAIT,
             job,
-            {"job": job},
+            payload={"job": job},
             now=now,
             wake_key=rt.store.key(SCHEDULE_FLAG),
             wake_ttl=schedule_flag_ttl(rt),
@@ -166,7 +166,7 @@ def accept_submission(
     return job
 
 
-def answer(rt: Runtime, reply_to: str, reply: BaseModel) -> None:
+def answer(rt: Runtime, reply_to: str, *, reply: BaseModel) -> None:
     """Push one answer to a waiting sender's key, to expire after ``REPLY_TTL_S``."""
     pipe = rt.redis.pipeline(transaction=False)
     pipe.rpush(reply_to, reply.model_dump_json())

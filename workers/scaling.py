@@ -159,7 +159,7 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
         raise ScaleLockBusy(f"scale lock of {command.job} busy for {ttl}s")
     try:
         newest, applied = rt.store.generation_and_applied(command.job)
-        outcome, record = _apply_locked(rt, scaler, command, newest, applied)
+        outcome, record = _apply_locked(rt, scaler, command=command, newest=newest, applied=applied)
         if record is not None:
             rt.store.set_applied(command.job, record)
         return outcome
@@ -199,7 +199,11 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
             record = None
             try:
                 outcome, record = _apply_locked(
-                    rt, scalers[command.job], command, begin.newest, begin.applied
+                    rt,
+                    scalers[command.job],
+                    command=command,
+                    newest=begin.newest,
+                    applied=begin.applied,
                 )
                 results[index] = ScaleResult(command, outcome=outcome)
             except SCALE_ERRORS as error:
@@ -218,6 +222,7 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
 def _apply_locked(
     rt: Runtime,
     scaler: ReplicaScaler,
+    *,
     command: ScaleCommand,
     newest: int,
     applied: AppliedTarget | None,
@@ -317,7 +322,10 @@ def autoscale_once(rt: Runtime, *, send_scale: SendScale, owner: str) -> dict[st
             requests={j.key: j.requests for j in jobs},
             policies={j.key: j.policy for j in jobs},
         )
-        rt.store.save_plan(record, free=free_after(cluster, plan, jobs, settings.max_load_desired))
+        rt.store.save_plan(
+            record,
+            free=free_after(cluster, plan, jobs=jobs, max_load_desired=settings.max_load_desired),
+        )
         for command in changes:
             send_scale(command)
     except Exception as error:
@@ -363,6 +371,7 @@ def cluster_params(policy: str, settings: Settings) -> dict[str, Any]:
 def free_after(
     cluster: ClusterResource,
     plan: ScalingPlan,
+    *,
     jobs: tuple[ElasticJob, ...],
     max_load_desired: float,
 ) -> Resources:

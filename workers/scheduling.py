@@ -110,7 +110,7 @@ def schedule_once(
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
         for delivery, outcome in zip(
-            chunk, _schedule_chunk(rt, chunk, requests, planned), strict=True
+            chunk, _schedule_chunk(rt, chunk, requests=requests, planned=planned), strict=True
         ):
             if outcome.kind == "no_room":
                 # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
@@ -190,7 +190,7 @@ class _Context:
 
 
 def _schedule_chunk(
-    rt: Runtime, chunk: list[Delivery], requests: dict[str, Resources], planned: dict[str, str]
+    rt: Runtime, chunk: list[Delivery], *, requests: dict[str, Resources], planned: dict[str, str]
 ) -> list[_Outcome]:
     # The job and cluster policies' states are read with the records, before it is
     # known which drives each job: one round trip, not two (another policy, named by
@@ -205,8 +205,8 @@ def _schedule_chunk(
         _context(
             rt,
             d,
-            records.get(d.item_id),
-            requests,
+            record=records.get(d.item_id),
+            requests=requests,
             managed=driven_by.get(d.item_id) == rt.settings.cluster_policy,
             observed=found[d.item_id].observed if d.item_id in found else None,
         )
@@ -217,7 +217,7 @@ def _schedule_chunk(
     prefetched.update({(snap.job, snap.policy): snap for snap in rt.store.read_schedule(unread)})
     snapshots = [prefetched[(c.job, c.policy)] for c in active]
     computed = {
-        id(c): _compute(rt, c, snap.state, snap.cursor, snap.generation)
+        id(c): _compute(rt, c, state_raw=snap.state, cursor=snap.cursor, generation=snap.generation)
         for c, snap in zip(active, snapshots, strict=True)
     }
     written = rt.store.write_schedule(
@@ -243,9 +243,9 @@ def _schedule_chunk(
 def _context(
     rt: Runtime,
     delivery: Delivery,
+    *,
     record: JobRecord | None,
     requests: dict[str, Resources],
-    *,
     managed: bool = False,
     observed: dict[str, Any] | None = None,
 ) -> _Context:
@@ -279,13 +279,13 @@ def _context(
 
 def _schedule_single(rt: Runtime, context: _Context) -> _Outcome:
     def compute(state_raw: str | None, cursor: ScheduleCursor, generation: int) -> _Outcome:
-        return _compute(rt, context, state_raw, cursor, generation)
+        return _compute(rt, context, state_raw=state_raw, cursor=cursor, generation=generation)
 
     def undo(outcome: _Outcome) -> None:
         _undo(rt, outcome, kind=outcome.kind)
 
     outcome = rt.store.schedule_transaction(
-        context.job, context.policy, compute, _commit, on_conflict=undo
+        context.job, context.policy, compute=compute, commit=_commit, on_conflict=undo
     )
     if outcome.released:
         rt.store.release(context.per_replica, outcome.released)
@@ -307,6 +307,7 @@ def _commit(outcome: _Outcome) -> ScheduleWrite | None:
 def _compute(
     rt: Runtime,
     context: _Context,
+    *,
     state_raw: str | None,
     cursor: ScheduleCursor,
     generation: int,
@@ -318,7 +319,7 @@ def _compute(
         return _Outcome(kind="nothing_new", target=cursor.last_target)
     now = rt.clock.now()
     if context.report_only:
-        return _keep_reports(rt, context, fresh, state_raw, cursor)
+        return _keep_reports(rt, context, fresh=fresh, state_raw=state_raw, cursor=cursor)
     if context.admission:
         reports: tuple[EpochReport, ...] = (EpochReport(job=job, replicas=0, at=now),)
     else:
@@ -352,7 +353,9 @@ def _compute(
         observed=context.observed,
     )
     if decision.target > previous:
-        decision = _clamp_to_capacity(rt, decision, previous, context.per_replica, outcome)
+        decision = _clamp_to_capacity(
+            rt, decision, previous=previous, per_replica=context.per_replica, outcome=outcome
+        )
     elif decision.target < previous:
         outcome.released = previous - decision.target
     if context.admission and elastic is not None and decision.target < max(elastic.min_replicas, 1):
@@ -376,7 +379,12 @@ def _compute(
 
 
 def _keep_reports(
-    rt: Runtime, context: _Context, fresh: list[Any], state_raw: str | None, cursor: ScheduleCursor
+    rt: Runtime,
+    context: _Context,
+    *,
+    fresh: list[Any],
+    state_raw: str | None,
+    cursor: ScheduleCursor,
 ) -> _Outcome:
     """A cluster-managed job's reports: handed to the cluster policy's next round.
 
@@ -409,7 +417,12 @@ def _undo(rt: Runtime, outcome: _Outcome, *, kind: Any) -> _Outcome:
 
 
 def _clamp_to_capacity(
-    rt: Runtime, decision: ScalingDecision, previous: int, per_replica: Resources, outcome: _Outcome
+    rt: Runtime,
+    decision: ScalingDecision,
+    *,
+    previous: int,
+    per_replica: Resources,
+    outcome: _Outcome,
 ) -> ScalingDecision:
     wanted = decision.target - previous
     reservation = rt.store.reserve(per_replica, wanted)

@@ -107,7 +107,9 @@ def _dead_letter_wrong_arguments(name: str, function: Callable[..., Any]) -> Cal
             expected.bind(*given, **kwargs)
         except TypeError as error:
             text = f"wrong arguments: {error}; call it as {call_form(name, function)} (docs/runtime.md)"
-            return _reject(runtime(), name, {"args": list(given), "kwargs": kwargs}, text)
+            return _reject(
+                runtime(), name, payload={"args": list(given), "kwargs": kwargs}, error=text
+            )
         return function(*args, **kwargs)
 
     return run
@@ -141,7 +143,7 @@ def runtime() -> Runtime:
     return Runtime(get_settings(), registry=REGISTRY)
 
 
-def _reject(rt: Runtime, task: str, payload: Any, error: str) -> dict[str, Any]:
+def _reject(rt: Runtime, task: str, *, payload: Any, error: str) -> dict[str, Any]:
     letter = rt.dead_letters.add(task=task, payload=payload, error=error, at=rt.clock.now())
     return {"ok": False, "error": letter.error, "dead_lettered": True}
 
@@ -168,11 +170,11 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
             rt, payload, submission_id=str(self.request.id), trigger=schedule.apply_async
         )
     except ValidationError as error:
-        return _reject(rt, "trainscaler.submit", payload, validation_message(error))
+        return _reject(rt, "trainscaler.submit", payload=payload, error=validation_message(error))
     except handlers.OutOfScope as error:
-        return _reject(rt, "trainscaler.submit", payload, str(error))
+        return _reject(rt, "trainscaler.submit", payload=payload, error=str(error))
     except NoTargetError as error:
-        return _reject(rt, "trainscaler.submit", payload, f"refused: {error}")
+        return _reject(rt, "trainscaler.submit", payload=payload, error=f"refused: {error}")
     except QueueFullError as error:
         return {"ok": False, "error": str(error)}
     return {"ok": True, "job": job}
@@ -185,9 +187,11 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
     try:
         report = handlers.accept_report(rt, payload, trigger=schedule.apply_async)
     except ValidationError as error:
-        return _reject(rt, "trainscaler.report_epoch", payload, validation_message(error))
+        return _reject(
+            rt, "trainscaler.report_epoch", payload=payload, error=validation_message(error)
+        )
     except handlers.OutOfScope as error:
-        return _reject(rt, "trainscaler.report_epoch", payload, str(error))
+        return _reject(rt, "trainscaler.report_epoch", payload=payload, error=str(error))
     except QueueFullError as error:
         return {"ok": False, "error": str(error)}
     return {"ok": True, "job": report.job}
@@ -225,10 +229,16 @@ def scale(commands: Any = None) -> dict[str, Any]:
             handlers.require_scope(rt, command.job.partition("/")[0], field="job")
         except ValidationError as error:
             outcomes.append(
-                str(_reject(rt, "trainscaler.scale", raw, validation_message(error))["error"])
+                str(
+                    _reject(rt, "trainscaler.scale", payload=raw, error=validation_message(error))[
+                        "error"
+                    ]
+                )
             )
         except handlers.OutOfScope as error:
-            outcomes.append(str(_reject(rt, "trainscaler.scale", raw, str(error))["error"]))
+            outcomes.append(
+                str(_reject(rt, "trainscaler.scale", payload=raw, error=str(error))["error"])
+            )
         else:
             valid.append(command)
     # Redis errors are not caught per command: Celery retries the whole (idempotent) task.
@@ -250,11 +260,14 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResult
     command, error = result.command, result.error
     payload = command.model_dump(mode="json")
     if isinstance(error, PermanentScaleError):
-        _reject(rt, "trainscaler.scale", payload, f"permanent: {error}")
+        _reject(rt, "trainscaler.scale", payload=payload, error=f"permanent: {error}")
         return "dead-lettered", "permanent_error"
     if command.attempt >= rt.settings.scale_max_retries:
         _reject(
-            rt, "trainscaler.scale", payload, f"gave up after {command.attempt} retries: {error}"
+            rt,
+            "trainscaler.scale",
+            payload=payload,
+            error=f"gave up after {command.attempt} retries: {error}",
         )
         return "dead-lettered", "gave_up"
     delay = _backoff(rt, command.attempt)
@@ -285,12 +298,14 @@ def finish(job: Any = None, reply_to: Any = None) -> dict[str, Any]:
         key = FinishRequest.model_validate({"job": job}).job
         handlers.require_scope(rt, key.partition("/")[0], field="job")
     except ValidationError as error:
-        return _reject(rt, "trainscaler.finish", job, validation_message(error))
+        return _reject(rt, "trainscaler.finish", payload=job, error=validation_message(error))
     except handlers.OutOfScope as error:
-        return _reject(rt, "trainscaler.finish", job, str(error))
+        return _reject(rt, "trainscaler.finish", payload=job, error=str(error))
     if reply_to is not None and not (isinstance(reply_to, str) and is_reply_key(rt, reply_to)):
         # Answers go to reply keys only, never to a key a sender names (a queue...).
-        return _reject(rt, "trainscaler.finish", [job, reply_to], "reply_to: not a reply key")
+        return _reject(
+            rt, "trainscaler.finish", payload=[job, reply_to], error="reply_to: not a reply key"
+        )
     return handlers.finish_job(rt, key, reply_to=reply_to)
 
 

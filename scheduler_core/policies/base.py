@@ -64,7 +64,7 @@ class Policy(Protocol[ParamsT, StateT]):
     state_type: type[StateT]
 
     def decide(
-        self, request: PolicyInput, state: StateT, params: ParamsT
+        self, request: PolicyInput, state: StateT, *, params: ParamsT
     ) -> PolicyResult[StateT]: ...
 
 

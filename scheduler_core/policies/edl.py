@@ -187,12 +187,12 @@ class EdlPolicy:
     state_type = EmptyState
 
     def decide(
-        self, request: PolicyInput, state: EmptyState, params: EdlParams
+        self, request: PolicyInput, state: EmptyState, *, params: EdlParams
     ) -> PolicyResult[EmptyState]:
         chosen = candidates(request.jobs)
         work = _rank_ties([_Job(job) for job in chosen])
         totals = _totals(request.cluster, params.max_load_desired)
-        _plan_rounds(work, totals, NodeIndex(request.cluster))
+        _plan_rounds(work, totals, nodes=NodeIndex(request.cluster))
         limit_numbers = {limit: totals.numbers(limit) for limit in _LIMITS}
         decisions = [_decision(flat, limit_numbers) for flat in sorted(work, key=_KEY)]
         # One validation for the whole plan: cheaper than one model per decision.
@@ -222,7 +222,7 @@ def _totals(cluster: ClusterResource, max_load_desired: float) -> _Totals:
     )
 
 
-def _plan_rounds(work: list[_Job], totals: _Totals, nodes: NodeIndex) -> None:
+def _plan_rounds(work: list[_Job], totals: _Totals, *, nodes: NodeIndex) -> None:
     """EDL ``scaleAllJobsDryRun``: rounds of grow-then-shrink until nothing changes."""
     active = work
     while active:
@@ -236,7 +236,7 @@ def _plan_rounds(work: list[_Job], totals: _Totals, nodes: NodeIndex) -> None:
             ordered = [job for job in shrink_walk if id(job) in members]
         else:
             ordered = sorted(active, key=_ORDER)
-        grew, freed = _grow_walk(ordered, totals, nodes)
+        grew, freed = _grow_walk(ordered, totals, nodes=nodes)
         # Most fulfilled first.
         for job in reversed(shrink_walk):
             freed = _try_shrink(job, totals) or freed
@@ -246,7 +246,9 @@ def _plan_rounds(work: list[_Job], totals: _Totals, nodes: NodeIndex) -> None:
         active = work if freed else grew
 
 
-def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[list[_Job], bool]:
+def _grow_walk(
+    ordered: list[_Job], totals: _Totals, *, nodes: NodeIndex
+) -> tuple[list[_Job], bool]:
     """One grow walk, least fulfilled first (EDL ``scaleDryRun`` scale-up branch for
     each job): the jobs that grew, and whether any shrank."""
     grew: list[_Job] = []
@@ -284,7 +286,7 @@ def _grow_walk(ordered: list[_Job], totals: _Totals, nodes: NodeIndex) -> tuple[
         elif gpu > 0 and cluster_gpu + gpu > gpu_cap:
             job.blocked = GPU_CAP  # fix: GPUs obey the same cap as the shrink rule.
         else:
-            node = claim(cpu, mem, job.gpu_need)
+            node = claim(cpu, mem, gpu=job.gpu_need)
             if node is None:
                 job.blocked = NO_NODE_FITS  # fix: a node must fit CPU, memory and GPU.
                 continue
@@ -312,11 +314,11 @@ def _try_shrink(job: _Job, totals: _Totals) -> bool:
         if resource is None or job.planned <= job.min:
             return False
         job.down_rules.append(resource)
-    _apply(job, -1, totals)
+    _apply(job, -1, totals=totals)
     return True
 
 
-def _apply(job: _Job, additional: int, totals: _Totals) -> None:
+def _apply(job: _Job, additional: int, *, totals: _Totals) -> None:
     # EDL: a shrink lowers cluster totals but frees no node room in the dry run,
     # since which pod goes is not known.
     job.planned += additional

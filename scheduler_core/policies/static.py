@@ -33,7 +33,7 @@ class StaticPolicy:
     state_type = StaticState
 
     def decide(
-        self, request: PolicyInput, state: StaticState, params: StaticParams
+        self, request: PolicyInput, state: StaticState, *, params: StaticParams
     ) -> PolicyResult[StaticState]:
         arrivals = _arrivals(request, state)
         cluster = request.cluster

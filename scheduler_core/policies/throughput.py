@@ -54,14 +54,16 @@ class ThroughputPolicy:
     state_type = ThroughputState
 
     def decide(
-        self, request: PolicyInput, state: ThroughputState, params: ThroughputParams
+        self, request: PolicyInput, state: ThroughputState, *, params: ThroughputParams
     ) -> PolicyResult[ThroughputState]:
         jobs = {job.key: job for job in request.jobs}
         references = dict(state.references)
         decisions: dict[str, ScalingDecision] = {}
         # Reports are applied in the order given: that order is the job's epoch order.
         for report in request.reports:
-            decision, references = _decide_one(report, jobs.get(report.job), references, params)
+            decision, references = _decide_one(
+                report, jobs.get(report.job), references=references, params=params
+            )
             if (
                 report.job in decisions
                 and decisions[report.job].operation == TaskOperation.CREATE_TASK
@@ -80,6 +82,7 @@ class ThroughputPolicy:
 def _decide_one(
     report: EpochReport,
     job: ElasticJob | None,
+    *,
     references: dict[str, float | None],
     params: ThroughputParams,
 ) -> tuple[ScalingDecision, dict[str, float | None]]:
@@ -94,13 +97,15 @@ def _decide_one(
             message=f"first contact: create with default parallelism {default}",
             numbers={"default_parallelism": default, "target": target},
         )
-        return _decision(report, target, reason, TaskOperation.CREATE_TASK), references
+        return _decision(
+            report, target, reason=reason, operation=TaskOperation.CREATE_TASK
+        ), references
 
     reference = references[report.job]
     epoch_time = report.epoch_time_s
     if epoch_time is None:
         reason = Reason(rule="throughput.no_time", message="report without an epoch time: keep")
-        return _decision(report, _clamp(job, current), reason), references
+        return _decision(report, _clamp(job, current), reason=reason), references
 
     numbers: dict[str, float | int | str | None] = {
         "epoch_time_s": epoch_time,
@@ -135,7 +140,7 @@ def _decide_one(
         message += f" (clamped to [{_bounds(job)}] -> {clamped})"
         numbers["unclamped_target"] = target
     return _decision(
-        report, clamped, Reason(rule=rule, message=message, numbers=numbers)
+        report, clamped, reason=Reason(rule=rule, message=message, numbers=numbers)
     ), references
 
 
@@ -153,6 +158,7 @@ def _bounds(job: ElasticJob | None) -> str:
 def _decision(
     report: EpochReport,
     target: int,
+    *,
     reason: Reason,
     operation: TaskOperation = TaskOperation.UPDATE_TASK,
 ) -> ScalingDecision:

@@ -51,9 +51,9 @@ class TiresiasPolicy:
     state_type = TiresiasState
 
     def decide(
-        self, request: PolicyInput, state: TiresiasState, params: TiresiasParams
+        self, request: PolicyInput, state: TiresiasState, *, params: TiresiasParams
     ) -> PolicyResult[TiresiasState]:
-        books = _account(request, state, params)
+        books = _account(request, state, params=params)
         cluster = request.cluster
         budget = int(cluster.gpu_total * params.max_load_desired)
         node_free = dict(cluster.nodes.nodes_gpu_free)
@@ -112,7 +112,7 @@ class TiresiasPolicy:
 
 
 def _account(
-    request: PolicyInput, state: TiresiasState, params: TiresiasParams
+    request: PolicyInput, state: TiresiasState, *, params: TiresiasParams
 ) -> dict[str, TiresiasJob]:
     """Attained service and queue per current job, advanced to ``request.now``."""
     elapsed = 0.0 if state.last_now is None else max(0.0, request.now - state.last_now)

@@ -151,7 +151,7 @@ def test_get_latency_does_not_grow_with_object_count(loopback):
     with LoopbackApiServer(port=0, controllers=False, scheduler=False) as server:
         core: Any = client.CoreV1Api(server.api_client())
         core.create_namespace({"metadata": {"name": "bench"}})
-        configmaps = server.operations.resource("", "v1", "configmaps")
+        configmaps = server.operations.resource("", "v1", plural="configmaps")
         for index in range(10):
             server.operations.create_stored(
                 configmaps, {"metadata": {"name": f"cm-{index}"}}, namespace="bench"

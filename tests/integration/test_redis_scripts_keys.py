@@ -213,14 +213,19 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
     """Every script, through each of its paths."""
     store, queue, scaler = owners.store, owners.queue, owners.scaler
     job, other = "team/a", "team/b"
-    queue.push_entry(TRAIN, job, {"n": 1}, now=1.0)
-    queue.push_entry(TRAIN, job, {"n": 2}, now=1.5)  # merged into the pending item
+    queue.push_entry(TRAIN, job, payload={"n": 1}, now=1.0)
+    queue.push_entry(TRAIN, job, payload={"n": 2}, now=1.5)  # merged into the pending item
     queue.push_and_wake(
-        WAIT, other, {"n": 3}, now=2.0, wake_key=store.key("schedule:triggered"), wake_ttl=5.0
+        WAIT,
+        other,
+        payload={"n": 3},
+        now=2.0,
+        wake_key=store.key("schedule:triggered"),
+        wake_ttl=5.0,
     )
     first = queue.pop_delivery(lease_seconds=10, now=3.0)
     assert first is not None and first.item_id == job and len(first.entries) == 2
-    queue.push_entry(TRAIN, job, {"n": 4}, now=3.5)  # while in flight: skipped by pop
+    queue.push_entry(TRAIN, job, payload={"n": 4}, now=3.5)  # while in flight: skipped by pop
     second = queue.pop_delivery(lease_seconds=10, now=4.0)
     assert second is not None and second.item_id == other
     assert queue.nack_delivery(second)
@@ -229,7 +234,7 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
     assert [d.item_id for d in again] == [job, other]
     assert [e.data["n"] for e in again[0].entries] == [1, 2, 4]
     assert queue.ack_deliveries(again) == [True, True]
-    queue.push_entry(WAIT, job, {"n": 5}, now=22.0)
+    queue.push_entry(WAIT, job, payload={"n": 5}, now=22.0)
     assert queue.remove(job) == 1
     assert queue.depths() == {TRAIN: 0, WAIT: 0}
 

@@ -57,7 +57,9 @@ def test_redis_restart_with_aof_loses_no_report(
     # A probe queue under its own prefix (no worker serves it): exact before/after check.
     probe = RedisSchedulerQueue(redis_client, prefix="probe:", max_length=10_000)
     for n in range(300):
-        probe.push_entry(TRAIN if n % 3 else WAIT, f"default/p{n % 40}", {"n": n}, now=float(n))
+        probe.push_entry(
+            TRAIN if n % 3 else WAIT, f"default/p{n % 40}", payload={"n": n}, now=float(n)
+        )
     in_flight = [probe.pop_delivery(lease_seconds=3600, now=400.0) for _ in range(10)]
     assert all(in_flight)
     before = _snapshot(probe)

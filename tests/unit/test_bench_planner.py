@@ -16,6 +16,6 @@ def test_quick_benchmark_finds_identical_plans(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize("busy", [False, True])
 def test_benchmark_instances_plan_identically_at_size(busy: bool) -> None:
     jobs, cluster = make_instance(200, 120, seed=7, busy=busy)
-    fast = fast_plan(jobs, cluster, 0.97)
-    assert fast == literal_plan(jobs, cluster, 0.97)
+    fast = fast_plan(jobs, cluster, max_load_desired=0.97)
+    assert fast == literal_plan(jobs, cluster, max_load_desired=0.97)
     assert any(target != job.current_replicas for job in jobs for target, _ in [fast[job.key]])

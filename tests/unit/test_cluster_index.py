@@ -94,7 +94,7 @@ selectors: list[Selector] = [
 
 def recounted_pods(informer: Informer, namespace: str, selector: Selector) -> TargetPods:
     view = ScaleTargetView(replicas=1, selector=selector, pod_template=None)
-    return TargetPods.of(pods_of(view, namespace, informer.list()))
+    return TargetPods.of(pods_of(view, namespace, pods=informer.list()))
 
 
 @settings(max_examples=300, deadline=None)

@@ -76,7 +76,7 @@ def job(
 
 def plan(jobs: list[ElasticJob], snapshot: ClusterResource, *, load: float = 1.0) -> ScalingPlan:
     request = PolicyInput(jobs=tuple(jobs), cluster=snapshot)
-    return EdlPolicy().decide(request, EmptyState(), EdlParams(max_load_desired=load)).plan
+    return EdlPolicy().decide(request, EmptyState(), params=EdlParams(max_load_desired=load)).plan
 
 
 def targets(result: ScalingPlan) -> dict[str, int]:
@@ -431,4 +431,4 @@ def test_same_plans_as_the_literal_port_of_the_reference_loop(
     fast = {
         d.job: (d.target, dict(d.placements)) for d in plan(jobs, snapshot, load=load).decisions
     }
-    assert fast == literal_plan(tuple(jobs), snapshot, load)
+    assert fast == literal_plan(tuple(jobs), snapshot, max_load_desired=load)

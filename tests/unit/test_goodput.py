@@ -325,7 +325,7 @@ def test_curve_interpolates_and_probes_while_scaling() -> None:
 def test_points_stay_bounded() -> None:
     points: list[CurvePoint] = []
     for n in range(1, 30):
-        points = add_point(points, n, 1.0 / n, limit=8)
+        points = add_point(points, n, seconds_per_unit=1.0 / n, limit=8)
     assert len(points) == 8
     assert points[-1].replicas == 29
 

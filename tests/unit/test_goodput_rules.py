@@ -39,7 +39,7 @@ SP = SpreadPoint
 def test_spread_factor(
     points: list[SpreadPoint], replicas: int, nodes: int, expected: float
 ) -> None:
-    got = spread_factor(points, replicas, nodes, gpus_per_node=4, prior=0.1)
+    got = spread_factor(points, replicas, nodes=nodes, gpus_per_node=4, prior=0.1)
     assert got == pytest.approx(expected)
 
 

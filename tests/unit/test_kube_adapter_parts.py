@@ -221,10 +221,10 @@ def test_paths() -> None:
     assert NODES.collection_path("ignored") == "/api/v1/nodes"
     assert PODS.collection_path() == "/api/v1/pods"
     assert PODS.collection_path("ml") == "/api/v1/namespaces/ml/pods"
-    assert DEPLOYMENTS.object_path("ml", "t", "scale") == (
+    assert DEPLOYMENTS.object_path("ml", "t", subresource="scale") == (
         "/apis/apps/v1/namespaces/ml/deployments/t/scale"
     )
-    assert ELASTICJOBS.object_path("ml", "j", "status") == (
+    assert ELASTICJOBS.object_path("ml", "j", subresource="status") == (
         "/apis/trainscaler.io/v1alpha1/namespaces/ml/elasticjobs/j/status"
     )
 
@@ -249,7 +249,7 @@ def test_kind_resolver_uses_discovery_once_and_falls_back() -> None:
     for _ in range(2):
         kind = resolver.resolve("kubeflow.org/v1", "PyTorchJob")
     assert kind.plural == "pytorchjobs" and asked == ["/apis/kubeflow.org/v1"]
-    assert kind.object_path("ml", "p", "scale") == (
+    assert kind.object_path("ml", "p", subresource="scale") == (
         "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/p/scale"
     )
     assert resolver.resolve("batch.volcano.sh/v1alpha1", "Job").plural == "jobs"

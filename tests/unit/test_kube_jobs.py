@@ -83,7 +83,7 @@ def pod(
 
 def test_spec_fields_and_template_resources() -> None:
     view = view_of_workload(deployment(replicas=3))
-    job = elastic_job(elastic_job_cr(), view, [], gpu_resource=GPU)
+    job = elastic_job(elastic_job_cr(), view, target_pods=[], gpu_resource=GPU)
     assert (job.namespace, job.name, job.key) == ("ml", "resnet", "ml/resnet")
     assert (job.min_replicas, job.max_replicas, job.current_replicas) == (2, 6, 3)
     assert job.policy == "edl" and job.default_parallelism == 3 and not job.paused
@@ -100,7 +100,7 @@ def test_missing_replicas_default_to_one_as_kubernetes_does() -> None:
 def test_paused_and_defaults() -> None:
     cr = elastic_job_cr(paused=True)
     del cr["spec"]["policy"], cr["spec"]["defaultParallelism"], cr["spec"]["minReplicas"]
-    job = elastic_job(cr, view_of_workload(deployment()), [], gpu_resource=GPU)
+    job = elastic_job(cr, view_of_workload(deployment()), target_pods=[], gpu_resource=GPU)
     assert job.paused
     assert (job.policy, job.default_parallelism, job.min_replicas) == ("edl", 1, 1)
 
@@ -109,13 +109,17 @@ def test_a_spec_without_policy_belongs_to_the_cluster_policy() -> None:
     cr = elastic_job_cr(application="resnet50/batch-256", epochs=90)
     del cr["spec"]["policy"]
     job = elastic_job(
-        cr, view_of_workload(deployment()), [], gpu_resource=GPU, default_policy="goodput"
+        cr,
+        view_of_workload(deployment()),
+        target_pods=[],
+        gpu_resource=GPU,
+        default_policy="goodput",
     )
     assert (job.policy, job.application, job.total_epochs) == ("goodput", "resnet50/batch-256", 90)
     named = elastic_job(
         elastic_job_cr(policy="edl"),
         view_of_workload(deployment()),
-        [],
+        target_pods=[],
         gpu_resource=GPU,
         default_policy="goodput",
     )
@@ -131,7 +135,7 @@ def test_a_cpu_only_spec_without_policy_stays_with_edl() -> None:
         "spec": {"replicas": 2, "template": pod_template(gpus=0)},
     }
     job = elastic_job(
-        cr, view_of_workload(cpu_only), [], gpu_resource=GPU, default_policy="goodput"
+        cr, view_of_workload(cpu_only), target_pods=[], gpu_resource=GPU, default_policy="goodput"
     )
     assert job.policy == "edl" and not job.needs_gpu
 
@@ -140,7 +144,10 @@ def test_a_cpu_only_spec_without_policy_stays_with_edl() -> None:
 def test_an_invalid_epoch_count_is_rejected(epochs: Any) -> None:
     with pytest.raises(ValueError):
         elastic_job(
-            elastic_job_cr(epochs=epochs), view_of_workload(deployment()), [], gpu_resource=GPU
+            elastic_job_cr(epochs=epochs),
+            view_of_workload(deployment()),
+            target_pods=[],
+            gpu_resource=GPU,
         )
 
 
@@ -149,7 +156,7 @@ def test_min_above_max_is_rejected() -> None:
         elastic_job(
             elastic_job_cr(minReplicas=5, maxReplicas=2),
             view_of_workload(deployment()),
-            [],
+            target_pods=[],
             gpu_resource=GPU,
         )
 
@@ -179,20 +186,20 @@ def test_pods_found_through_the_selector_in_the_same_namespace() -> None:
         pod("c", namespace="elsewhere"),
         pod("d", labels={"app": "trainer", "extra": "x"}),
     ]
-    assert [p["metadata"]["name"] for p in pods_of(view, "ml", pods)] == ["a", "d"]
+    assert [p["metadata"]["name"] for p in pods_of(view, "ml", pods=pods)] == ["a", "d"]
 
 
 def test_all_pods_unschedulable_is_edls_pending_rule() -> None:
     view = view_of_workload(deployment())
     pending = [pod("a", unschedulable=True), pod("b", unschedulable=True)]
-    job = elastic_job(elastic_job_cr(), view, pending, gpu_resource=GPU)
+    job = elastic_job(elastic_job_cr(), view, target_pods=pending, gpu_resource=GPU)
     assert job.all_pods_unschedulable and job.phase == JobPhase.PENDING
 
     mixed = [pod("a", unschedulable=True), pod("b")]
-    job = elastic_job(elastic_job_cr(), view, mixed, gpu_resource=GPU)
+    job = elastic_job(elastic_job_cr(), view, target_pods=mixed, gpu_resource=GPU)
     assert not job.all_pods_unschedulable and job.phase == JobPhase.RUNNING
 
-    job = elastic_job(elastic_job_cr(), view, [], gpu_resource=GPU)
+    job = elastic_job(elastic_job_cr(), view, target_pods=[], gpu_resource=GPU)
     assert not job.all_pods_unschedulable, "no pods is not 'all pods unschedulable'"
 
 
@@ -208,16 +215,16 @@ def test_scale_subresource_target_takes_resources_from_a_pod() -> None:
     assert view.replicas == 5 and view.pod_template is None
     worker = pod("w", labels={"app": "trainer", "role": "worker"})
     master = pod("m", labels={"app": "trainer", "role": "master"})
-    found = pods_of(view, "ml", [worker, master])
+    found = pods_of(view, "ml", pods=[worker, master])
     assert found == [worker]
-    job = elastic_job(elastic_job_cr(), view, found, gpu_resource=GPU)
+    job = elastic_job(elastic_job_cr(), view, target_pods=found, gpu_resource=GPU)
     assert job.current_replicas == 5 and job.requests.cpu_milli == 2000 and job.limits.gpu == 1
 
 
 def test_scale_without_selector_matches_no_pods() -> None:
     view = view_of_scale({"spec": {"replicas": 2}, "status": {"replicas": 2}})
-    assert pods_of(view, "ml", [pod("a")]) == []
-    job = elastic_job(elastic_job_cr(), view, [], gpu_resource=GPU)
+    assert pods_of(view, "ml", pods=[pod("a")]) == []
+    job = elastic_job(elastic_job_cr(), view, target_pods=[], gpu_resource=GPU)
     assert job.requests.cpu_milli == 0 and job.current_replicas == 2
 
 
@@ -228,7 +235,7 @@ def test_other_gpu_resource_names() -> None:
     workload = deployment()
     workload["spec"]["template"] = template
     view = view_of_workload(workload)
-    job = elastic_job(elastic_job_cr(), view, [], gpu_resource="amd.com/gpu")
+    job = elastic_job(elastic_job_cr(), view, target_pods=[], gpu_resource="amd.com/gpu")
     assert job.limits.gpu == 1 and job.limits.gpu_resource == "amd.com/gpu"
 
 
@@ -254,5 +261,7 @@ def test_placement_counts_live_pods_per_node() -> None:
         pod("node-b", deleting=True),  # going away
         pod("node-c", phase="Succeeded"),  # terminated
     ]
-    job = elastic_job(elastic_job_cr(), view_of_workload(deployment()), pods, gpu_resource=GPU)
+    job = elastic_job(
+        elastic_job_cr(), view_of_workload(deployment()), target_pods=pods, gpu_resource=GPU
+    )
     assert job.placement == {"node-a": 2, "node-b": 1}

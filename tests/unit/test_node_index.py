@@ -60,19 +60,20 @@ def brute_force_claim(free: dict[str, Room], cpu: int, mem: int, gpu: int) -> st
     ],
 )
 def test_best_fit_rule(nodes: dict[str, Room], request_: Room, expected: str | None) -> None:
-    assert index_of(nodes).claim(*request_) == expected
+    cpu, mem, gpu = request_
+    assert index_of(nodes).claim(cpu, mem, gpu=gpu) == expected
 
 
 def test_a_replica_that_requests_nothing_takes_no_room() -> None:
     index = index_of({"a": (1000, 1000, 0)})
-    assert [index.claim(0, 0, 0) for _ in range(3)] == ["a", "a", "a"]
-    assert index.claim(1000, 1000, 0) == "a"
-    assert index.claim(1, 0, 0) is None
+    assert [index.claim(0, 0, gpu=0) for _ in range(3)] == ["a", "a", "a"]
+    assert index.claim(1000, 1000, gpu=0) == "a"
+    assert index.claim(1, 0, gpu=0) is None
 
 
 def test_room_is_taken_until_the_node_is_full() -> None:
     index = index_of({"a": (3000, 3000, 2), "b": (3000, 3000, 2)})
-    claims = [index.claim(1000, 1000, 1) for _ in range(5)]
+    claims = [index.claim(1000, 1000, gpu=1) for _ in range(5)]
     assert claims == ["a", "a", "b", "b", None]
 
 
@@ -95,4 +96,4 @@ def test_every_claim_is_the_brute_force_best_fit(
     index = index_of(nodes)
     free = dict(nodes)
     for cpu, mem, gpu in requests:
-        assert index.claim(cpu, mem, gpu) == brute_force_claim(free, cpu, mem, gpu)
+        assert index.claim(cpu, mem, gpu=gpu) == brute_force_claim(free, cpu, mem, gpu)

@@ -68,7 +68,7 @@ def test_packers_match_a_scan_over_every_node(
     for action, size in steps:
         assert room.total() == sum(scanned.values())
         fits = scan_packable(size, scanned, gpus_per_node)
-        assert packable(size, room, gpus_per_node) == fits
+        assert packable(size, room, gpus_per_node=gpus_per_node) == fits
         if action == "packed":
             assert take_packed(fits, room) == scan_take_packed(fits, scanned)
         elif action == "allocated":

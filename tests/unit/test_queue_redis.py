@@ -34,9 +34,9 @@ def queue(client: redis.Redis) -> RedisSchedulerQueue:
 
 
 def test_fifo_and_train_before_wait(queue: RedisSchedulerQueue) -> None:
-    queue.push_entry(WAIT, "w1", {"n": 1}, now=1.0)
-    queue.push_entry(TRAIN, "a", {"n": 2}, now=2.0)
-    queue.push_entry(TRAIN, "b", {"n": 3}, now=3.0)
+    queue.push_entry(WAIT, "w1", payload={"n": 1}, now=1.0)
+    queue.push_entry(TRAIN, "a", payload={"n": 2}, now=2.0)
+    queue.push_entry(TRAIN, "b", payload={"n": 3}, now=3.0)
     order = []
     while (delivery := queue.pop_delivery(lease_seconds=10, now=4.0)) is not None:
         order.append((delivery.queue, delivery.item_id))
@@ -46,8 +46,8 @@ def test_fifo_and_train_before_wait(queue: RedisSchedulerQueue) -> None:
 
 
 def test_newer_report_merges_into_the_pending_item(queue: RedisSchedulerQueue) -> None:
-    assert queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)[0] is False
-    assert queue.push_entry(TRAIN, "a", {"epoch": 2}, now=2.0)[0] is True
+    assert queue.push_entry(TRAIN, "a", payload={"epoch": 1}, now=1.0)[0] is False
+    assert queue.push_entry(TRAIN, "a", payload={"epoch": 2}, now=2.0)[0] is True
     assert queue.depths()[TRAIN] == 1
     delivery = queue.pop_delivery(lease_seconds=10, now=3.0)
     assert delivery is not None
@@ -56,11 +56,11 @@ def test_newer_report_merges_into_the_pending_item(queue: RedisSchedulerQueue) -
 
 
 def test_a_job_in_flight_is_skipped_and_its_new_report_waits(queue: RedisSchedulerQueue) -> None:
-    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
+    queue.push_entry(TRAIN, "a", payload={"epoch": 1}, now=1.0)
     first = queue.pop_delivery(lease_seconds=10, now=1.0)
     assert first is not None
-    queue.push_entry(TRAIN, "a", {"epoch": 2}, now=2.0)
-    queue.push_entry(TRAIN, "b", {"epoch": 1}, now=2.0)
+    queue.push_entry(TRAIN, "a", payload={"epoch": 2}, now=2.0)
+    queue.push_entry(TRAIN, "b", payload={"epoch": 1}, now=2.0)
     second = queue.pop_delivery(lease_seconds=10, now=2.0)
     assert second is not None and second.item_id == "b"
     assert queue.pop_delivery(lease_seconds=10, now=2.0) is None
@@ -73,11 +73,11 @@ def test_a_job_in_flight_is_skipped_and_its_new_report_waits(queue: RedisSchedul
 def test_expired_lease_returns_to_the_front_merged_before_newer(
     queue: RedisSchedulerQueue,
 ) -> None:
-    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
-    queue.push_entry(TRAIN, "b", {"epoch": 1}, now=1.5)
+    queue.push_entry(TRAIN, "a", payload={"epoch": 1}, now=1.0)
+    queue.push_entry(TRAIN, "b", payload={"epoch": 1}, now=1.5)
     lost = queue.pop_delivery(lease_seconds=5, now=2.0)
     assert lost is not None and lost.item_id == "a"
-    queue.push_entry(TRAIN, "a", {"epoch": 2}, now=3.0)
+    queue.push_entry(TRAIN, "a", payload={"epoch": 2}, now=3.0)
     assert queue.return_expired(now=6.0) == 0
     assert queue.return_expired(now=7.5) == 1
     assert queue.items(TRAIN) == ["a", "b"]
@@ -91,7 +91,7 @@ def test_expired_lease_returns_to_the_front_merged_before_newer(
 
 
 def test_pop_returns_expired_items_itself(queue: RedisSchedulerQueue) -> None:
-    queue.push_entry(TRAIN, "a", {"epoch": 1}, now=1.0)
+    queue.push_entry(TRAIN, "a", payload={"epoch": 1}, now=1.0)
     assert queue.pop_delivery(lease_seconds=1, now=1.0) is not None
     assert queue.pop_delivery(lease_seconds=1, now=1.5) is None
     redelivered = queue.pop_delivery(lease_seconds=1, now=2.5)
@@ -100,19 +100,19 @@ def test_pop_returns_expired_items_itself(queue: RedisSchedulerQueue) -> None:
 
 def test_bounded_length(queue: RedisSchedulerQueue) -> None:
     for n in range(5):
-        queue.push_entry(TRAIN, f"j{n}", {"n": n}, now=1.0)
+        queue.push_entry(TRAIN, f"j{n}", payload={"n": n}, now=1.0)
     with pytest.raises(QueueFullError, match="train queue is full"):
-        queue.push_entry(TRAIN, "j5", {"n": 5}, now=1.0)
+        queue.push_entry(TRAIN, "j5", payload={"n": 5}, now=1.0)
     for n in range(4):
-        queue.push_entry(TRAIN, "j0", {"n": n}, now=1.0)
+        queue.push_entry(TRAIN, "j0", payload={"n": n}, now=1.0)
     with pytest.raises(QueueFullError, match="pending entries"):
-        queue.push_entry(TRAIN, "j0", {"n": 9}, now=1.0)
+        queue.push_entry(TRAIN, "j0", payload={"n": 9}, now=1.0)
 
 
 def test_stats_and_remove(queue: RedisSchedulerQueue) -> None:
-    queue.push_entry(TRAIN, "a", {"n": 1}, now=10.0)
-    queue.push_entry(TRAIN, "b", {"n": 1}, now=12.0)
-    queue.push_entry(WAIT, "c", {"n": 1}, now=11.0)
+    queue.push_entry(TRAIN, "a", payload={"n": 1}, now=10.0)
+    queue.push_entry(TRAIN, "b", payload={"n": 1}, now=12.0)
+    queue.push_entry(WAIT, "c", payload={"n": 1}, now=11.0)
     assert queue.pop_delivery(lease_seconds=10, now=13.0) is not None
     stats = queue.stats(now=20.0)
     assert stats[TRAIN].depth == 1 and stats[TRAIN].in_flight == 1
@@ -124,8 +124,8 @@ def test_stats_and_remove(queue: RedisSchedulerQueue) -> None:
 
 
 def test_nack_puts_back_in_front(queue: RedisSchedulerQueue) -> None:
-    queue.push_entry(WAIT, "a", {"n": 1}, now=1.0)
-    queue.push_entry(WAIT, "b", {"n": 1}, now=2.0)
+    queue.push_entry(WAIT, "a", payload={"n": 1}, now=1.0)
+    queue.push_entry(WAIT, "b", payload={"n": 1}, now=2.0)
     first = queue.pop_delivery(lease_seconds=10, now=3.0)
     assert first is not None and queue.nack_delivery(first)
     assert queue.items(WAIT) == ["a", "b"]
@@ -133,7 +133,7 @@ def test_nack_puts_back_in_front(queue: RedisSchedulerQueue) -> None:
 
 def test_is_the_queue_store_port(queue: RedisSchedulerQueue) -> None:
     port: QueueStore = queue  # mypy checks the shape; the depths check behaviour
-    queue.push_entry(WAIT, "x", {"n": 1}, now=0.0)
+    queue.push_entry(WAIT, "x", payload={"n": 1}, now=0.0)
     assert port.depths() == {TRAIN: 0, WAIT: 1}
 
 
@@ -146,10 +146,10 @@ def test_pop_and_ack_are_one_round_trip_each_and_survive_a_script_flush(
 ) -> None:
     # One pop and ack first, so the server knows the scripts whichever test ran before
     # (run alone, the first pop also paid its NOSCRIPT reload: 3 round trips, not 1).
-    queue.push_entry(TRAIN, "warm", {"n": 0}, now=0.0)
+    queue.push_entry(TRAIN, "warm", payload={"n": 0}, now=0.0)
     queue.ack_and_look(queue.pop_deliveries(lease_seconds=10, now=0.5, count=1))
-    queue.push_entry(TRAIN, "a", {"n": 1}, now=1.0)
-    queue.push_entry(TRAIN, "b", {"n": 2}, now=2.0)
+    queue.push_entry(TRAIN, "a", payload={"n": 1}, now=1.0)
+    queue.push_entry(TRAIN, "b", payload={"n": 2}, now=2.0)
     before = _reads(client)
     popped, replies = queue.pop_deliveries_after(
         lambda pipe: pipe.get("t:other"), lease_seconds=10, now=3.0, count=1

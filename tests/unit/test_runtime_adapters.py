@@ -166,10 +166,10 @@ def test_schedule_clamps_growth_to_the_room_the_plan_leaves(rt: Runtime) -> None
 def test_pop_many_takes_each_job_once_in_order(rt: Runtime) -> None:
     queue = RedisSchedulerQueue(rt.redis, prefix="q:")
     for job in ("a", "b", "c"):
-        queue.push_entry(TRAIN, job, {"job": job}, now=1.0)
+        queue.push_entry(TRAIN, job, payload={"job": job}, now=1.0)
     first = queue.pop_delivery(lease_seconds=10, now=2.0)
     assert first is not None and first.item_id == "a"
-    queue.push_entry(TRAIN, "a", {"job": "a", "n": 2}, now=3.0)
+    queue.push_entry(TRAIN, "a", payload={"job": "a", "n": 2}, now=3.0)
     chunk = queue.pop_deliveries(lease_seconds=10, now=4.0, count=10)
     assert [d.item_id for d in chunk] == ["b", "c"]
     assert queue.ack_deliveries([first, *chunk]) == [True, True, True]

@@ -50,7 +50,7 @@ def test_standalone_seconds(traces: dict[str, ApplicationTrace]) -> None:
 def test_variants_keep_the_job_count_and_scale_only_what_they_say(
     traces: dict[str, ApplicationTrace], family: str, arrivals: list[float]
 ) -> None:
-    out = variant_family(family, _base(), traces, long_job_s=100.0)
+    out = variant_family(family, _base(), traces=traces, long_job_s=100.0)
     assert list(out) == [f"{family}/w1"]
     jobs = out[f"{family}/w1"]
     assert [j.arrival_s for j in jobs] == arrivals
@@ -59,9 +59,9 @@ def test_variants_keep_the_job_count_and_scale_only_what_they_say(
         # 2 long jobs of 8 in the base: twice that share is 4 of 8.
         assert sum(j.application == "toy" for j in jobs) == 4
     # Deterministic: the same variant every time.
-    assert variant_family(family, _base(), traces, long_job_s=100.0) == out
+    assert variant_family(family, _base(), traces=traces, long_job_s=100.0) == out
 
 
 def test_unknown_family_is_an_error(traces: dict[str, ApplicationTrace]) -> None:
     with pytest.raises(ValueError, match="unknown variant family"):
-        variant_family("nope", _base(), traces)
+        variant_family("nope", _base(), traces=traces)

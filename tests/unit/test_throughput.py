@@ -22,7 +22,7 @@ def run(
     result = POLICY.decide(
         PolicyInput(jobs=(JOB,), reports=(report,)),
         ThroughputState(references=references),
-        params or ThroughputParams(),
+        params=params or ThroughputParams(),
     )
     (decision,) = result.plan.decisions
     return decision.target, decision.operation, decision.reason.rule, result.state.references
@@ -129,7 +129,7 @@ def test_reason_carries_the_numbers() -> None:
     result = POLICY.decide(
         PolicyInput(jobs=(JOB,), reports=(EpochReport(job=KEY, replicas=2, epoch_time_s=12.5),)),
         ThroughputState(references={KEY: 10.0}),
-        ThroughputParams(),
+        params=ThroughputParams(),
     )
     reason = result.plan.decisions[0].reason
     assert reason.numbers["epoch_time_s"] == 12.5

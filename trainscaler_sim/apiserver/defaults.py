@@ -233,13 +233,13 @@ def validate(resource_type: ResourceType, obj: JsonObject) -> None:
     elif kind == "Event" and not obj.get("involvedObject"):
         raise invalid(kind, name, cause="involvedObject: Required value")
     elif kind in ("ConfigMap", "Secret"):
-        _validate_config_keys(kind, name, obj)
+        _validate_config_keys(kind, name, obj=obj)
 
 
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
-def _validate_config_keys(kind: str, name: str, obj: JsonObject) -> None:
+def _validate_config_keys(kind: str, name: str, *, obj: JsonObject) -> None:
     """ConfigMap and Secret keys are file names: IsConfigMapKey."""
     for field in ("data", "binaryData", "stringData"):
         for key in obj.get(field) or {}:

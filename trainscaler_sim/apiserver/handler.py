@@ -228,7 +228,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         watch: bool,
     ) -> None:
         operations = self.server.application.operations
-        resource_type = operations.resource(target.group, target.version, target.plural)
+        resource_type = operations.resource(target.group, target.version, plural=target.plural)
         if params.get("dryRun") and method != "GET":
             # Refused rather than silently persisted: dry runs are not simulated.
             raise ApiError(400, "dryRun is not supported by the loopback apiserver")

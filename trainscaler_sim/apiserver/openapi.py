@@ -45,7 +45,7 @@ _QUERY_PARAMETERS = ("dryRun", "fieldManager", "fieldValidation", "pretty")
 JSON = "application/json"
 
 
-def crd_definition_name(group: str, version: str, kind: str) -> str:
+def crd_definition_name(group: str, version: str, *, kind: str) -> str:
     """``trainscaler.io`` v1alpha1 ElasticJob -> ``io.trainscaler.v1alpha1.ElasticJob``."""
     return ".".join([*reversed(group.split(".")), version, kind])
 
@@ -74,7 +74,7 @@ def _crd_definitions(crd: JsonObject, version: str, *, prefix: str) -> dict[str,
         "description": _METADATA_DESCRIPTION,
     }
     schema["x-kubernetes-group-version-kind"] = [gvk]
-    name = crd_definition_name(group, version, kind)
+    name = crd_definition_name(group, version, kind=kind)
     list_schema: JsonObject = {
         "type": "object",
         "description": f"{kind}List is a list of {kind}",

@@ -92,8 +92,8 @@ class ApiOperations:
     def now(self) -> str:
         return rfc3339(self._clock())
 
-    def resource(self, group: str, version: str, plural: str) -> ResourceType:
-        return self.registry.lookup(group, version, plural)
+    def resource(self, group: str, version: str, *, plural: str) -> ResourceType:
+        return self.registry.lookup(group, version, plural=plural)
 
     # ----------------------------------------------------------------- reads
     def get_stored(self, ref: ObjectRef) -> JsonObject:
@@ -478,7 +478,7 @@ class ApiOperations:
             return self.commit_update(resource_type, current, updated=updated)
 
     def ensure_system_namespaces(self) -> None:
-        namespaces = self.registry.lookup("", "v1", _NAMESPACES)
+        namespaces = self.registry.lookup("", "v1", plural=_NAMESPACES)
         for name in SYSTEM_NAMESPACES:
             if self.store.get(_NAMESPACES, ("", name)) is None:
                 self.create_stored(namespaces, {"metadata": {"name": name}}, namespace="")

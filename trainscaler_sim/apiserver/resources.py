@@ -293,7 +293,7 @@ class ResourceRegistry:
             (t.group, t.version, t.plural): t for t in BUILTIN_TYPES
         }
 
-    def lookup(self, group: str, version: str, plural: str) -> ResourceType:
+    def lookup(self, group: str, version: str, *, plural: str) -> ResourceType:
         with self._lock:
             found = self._types.get((group, version, plural))
         if found is None:
@@ -301,7 +301,7 @@ class ResourceRegistry:
             raise ApiError(404, f"the server could not find the requested resource ({gv} {plural})")
         return found
 
-    def get(self, group: str, version: str, plural: str) -> ResourceType | None:
+    def get(self, group: str, version: str, *, plural: str) -> ResourceType | None:
         with self._lock:
             return self._types.get((group, version, plural))
 

@@ -206,7 +206,7 @@ class LoopbackApiServer:
                 "phase": "Running",
             },
         }
-        nodes = self.operations.resource("", "v1", "nodes")
+        nodes = self.operations.resource("", "v1", plural="nodes")
         return self.operations.create_stored(nodes, node, namespace="")
 
     def wait_idle(self, timeout: float = 5.0) -> bool:

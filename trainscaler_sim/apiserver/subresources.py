@@ -99,7 +99,7 @@ class Subresources:
 
     def bind(self, key: ObjectKey, body: Any) -> JsonObject:
         """POST pods/<name>/binding: assign a node (409 if already assigned)."""
-        pods = self.operations.resource("", "v1", "pods")
+        pods = self.operations.resource("", "v1", plural="pods")
         namespace, name = key
         target = body.get("target") if isinstance(body, dict) else None
         node = target.get("name") if isinstance(target, dict) else None

@@ -129,7 +129,7 @@ def runtime(layout: ChildLayout, env: Mapping[str, str], *, log_dir: Path) -> li
     ]  # fmt: skip
 
 
-def start_all(supervisor: Supervisor, layout: ChildLayout, env: Mapping[str, str]) -> None:
+def start_all(supervisor: Supervisor, layout: ChildLayout, *, env: Mapping[str, str]) -> None:
     """Both waves, each started side by side and then waited for."""
     for wave in (infrastructure(layout, env), runtime(layout, env, log_dir=supervisor.log_dir)):
         started: list[Child] = [supervisor.start(spec, wait=False) for spec in wave]

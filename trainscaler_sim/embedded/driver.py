@@ -303,7 +303,7 @@ class JobDriver:
             self._report(
                 spec,
                 spec.name,
-                request,
+                request=request,
                 parallelism=ready,
                 epoch_s=epoch_s,
                 epoch=epoch,
@@ -345,7 +345,7 @@ class JobDriver:
                 return
             epoch += 1
             answered = self._report(
-                spec, job_id, request, parallelism=parallelism, epoch_s=epoch_s, epoch=epoch
+                spec, job_id, request=request, parallelism=parallelism, epoch_s=epoch_s, epoch=epoch
             )
             # The parameter server's newest instruction wins; the answer is a fallback.
             parallelism = self._board.get(job_id) or answered or parallelism
@@ -357,8 +357,8 @@ class JobDriver:
         self,
         spec: JobSpec,
         job_id: str,
-        request: dict[str, Any],
         *,
+        request: dict[str, Any],
         parallelism: int,
         epoch_s: float,
         epoch: int,

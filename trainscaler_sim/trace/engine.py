@@ -113,8 +113,8 @@ class _Job:
         return sum(self.placement.values())
 
 
-def _grow_kube(job: _Job, add: int, nodes: GpuNodes, *, now: float) -> dict[int, int]:
-    placement = grow_most_allocated(job.placement, add, nodes)
+def _grow_kube(job: _Job, add: int, *, nodes: GpuNodes, now: float) -> dict[int, int]:
+    placement = grow_most_allocated(job.placement, add, nodes=nodes)
     for node, count in placement.items():
         job.started.setdefault(node, []).extend([now] * (count - job.placement.get(node, 0)))
     return placement
@@ -139,7 +139,13 @@ def simulate(
 ) -> SimResult:
     """Replay ``workload`` on the simulated cluster under ``policy``."""
     simulation = _Simulation(
-        workload, traces, policy, params, config or SimConfig(), workload_name, progress
+        workload,
+        traces,
+        policy=policy,
+        params=params,
+        config=config or SimConfig(),
+        workload_name=workload_name,
+        progress=progress,
     )
     simulation.observer = observer
     return simulation.run()
@@ -150,6 +156,7 @@ class _Simulation:
         self,
         workload: Sequence[WorkloadJob],
         traces: Mapping[str, ApplicationTrace],
+        *,
         policy: str,
         params: PolicyParams | Mapping[str, Any] | None,
         config: SimConfig,
@@ -216,10 +223,10 @@ class _Simulation:
                 active.append(job)
                 self.pending_reports.append(self._first_contact(job))
             if active:
-                state = self._round(active, state, now)
+                state = self._round(active, state, now=now)
             end = now + config.interval_s
             for job in active:
-                self._advance(job, now, end)
+                self._advance(job, now, end=end)
             for job in [j for j in active if j.completed_at is not None]:
                 active.remove(job)
                 finished += 1
@@ -242,7 +249,7 @@ class _Simulation:
             timeline=self.timeline,
         )
 
-    def _round(self, active: list[_Job], state: PolicyState | None, now: float) -> PolicyState:
+    def _round(self, active: list[_Job], state: PolicyState | None, *, now: float) -> PolicyState:
         reports = in_round_order(self.pending_reports)
         self.pending_reports = []
         request = PolicyInput.model_construct(
@@ -263,12 +270,12 @@ class _Simulation:
                     job.model = None
                 job.desired = max(0, decision.target)
                 hints[job.key] = decision.placements
-        self._realize(active, hints, now)
+        self._realize(active, hints, now=now)
         new_state: PolicyState = result.state
         return new_state
 
     def _realize(
-        self, active: list[_Job], hints: Mapping[str, Mapping[str, int]], now: float
+        self, active: list[_Job], hints: Mapping[str, Mapping[str, int]], *, now: float
     ) -> None:
         """Make placements match the desired counts: shrinks first, then the largest grows."""
         before = {job.key: dict(job.placement) for job in active}
@@ -278,10 +285,10 @@ class _Simulation:
                 remove = job.gpus - job.desired
                 job.placement = (
                     shrink_replicaset(
-                        job.placement, remove, self.nodes, started=job.started, now=now
+                        job.placement, remove, nodes=self.nodes, started=job.started, now=now
                     )
                     if kube
-                    else shrink(job.placement, remove, self.nodes)
+                    else shrink(job.placement, remove, nodes=self.nodes)
                 )
         # Largest additions first (best-fit decreasing): small ones fill the gaps;
         # ties by job key. The runtime sends its scales in this order too
@@ -294,9 +301,9 @@ class _Simulation:
             if self.nodes.free_total > 0:
                 add = job.desired - job.gpus
                 job.placement = (
-                    _grow_kube(job, add, self.nodes, now=now)
+                    _grow_kube(job, add, nodes=self.nodes, now=now)
                     if kube
-                    else grow(job.placement, add, self.nodes, hint=hints.get(job.key))
+                    else grow(job.placement, add, nodes=self.nodes, hint=hints.get(job.key))
                 )
         for job in active:
             if job.placement == before[job.key]:
@@ -382,7 +389,7 @@ class _Simulation:
 
     # --- training between rounds ------------------------------------------------------
 
-    def _advance(self, job: _Job, start: float, end: float) -> None:
+    def _advance(self, job: _Job, start: float, *, end: float) -> None:
         gpus = job.gpus
         if gpus == 0 or job.completed_at is not None:
             return

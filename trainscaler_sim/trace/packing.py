@@ -58,7 +58,7 @@ def node_index(name: str) -> int | None:
     return int(name[len(prefix) :])
 
 
-def shrink(placement: dict[int, int], remove: int, nodes: GpuNodes) -> dict[int, int]:
+def shrink(placement: dict[int, int], remove: int, *, nodes: GpuNodes) -> dict[int, int]:
     """Take ``remove`` replicas off, from the job's least-used nodes first."""
     result = dict(placement)
     for node in sorted(result, key=lambda n: (result[n], -n)):
@@ -76,27 +76,27 @@ def shrink(placement: dict[int, int], remove: int, nodes: GpuNodes) -> dict[int,
 def grow(
     placement: dict[int, int],
     add: int,
-    nodes: GpuNodes,
     *,
+    nodes: GpuNodes,
     hint: Mapping[str, int] | None = None,
 ) -> dict[int, int]:
     """Add up to ``add`` replicas (fewer when the cluster is full)."""
     result = dict(placement)
     # Keep the job together: first fill the nodes it already uses.
     for node in sorted(result, key=lambda n: (-nodes.free[n], n)):
-        add = _take(result, node, add, nodes)
-    if add > 0 and hint and _hint_fits(hint, add, nodes):
+        add = _take(result, node, want=add, nodes=nodes)
+    if add > 0 and hint and _hint_fits(hint, add, nodes=nodes):
         for name, count in sorted(hint.items()):
             index = node_index(name)
             if index is not None and count > 0:
-                add -= count - _take(result, index, count, nodes)
+                add -= count - _take(result, index, want=count, nodes=nodes)
     if add > 0:
         for node in _fewest_nodes(add, nodes):
-            add = _take(result, node, add, nodes)
+            add = _take(result, node, want=add, nodes=nodes)
     return result
 
 
-def _take(placement: dict[int, int], node: int, want: int, nodes: GpuNodes) -> int:
+def _take(placement: dict[int, int], node: int, *, want: int, nodes: GpuNodes) -> int:
     take = min(want, nodes.free[node])
     if take > 0:
         nodes.free[node] -= take
@@ -104,7 +104,7 @@ def _take(placement: dict[int, int], node: int, want: int, nodes: GpuNodes) -> i
     return want - take
 
 
-def _hint_fits(hint: Mapping[str, int], add: int, nodes: GpuNodes) -> bool:
+def _hint_fits(hint: Mapping[str, int], add: int, *, nodes: GpuNodes) -> bool:
     if sum(hint.values()) != add:
         return False
     for name, count in hint.items():
@@ -135,22 +135,22 @@ def _fewest_nodes(add: int, nodes: GpuNodes) -> list[int]:
     return chosen
 
 
-def grow_most_allocated(placement: dict[int, int], add: int, nodes: GpuNodes) -> dict[int, int]:
+def grow_most_allocated(placement: dict[int, int], add: int, *, nodes: GpuNodes) -> dict[int, int]:
     """kube-scheduler, MostAllocated: each pod onto the fullest node that has a free GPU."""
     result = dict(placement)
     for _ in range(add):
         candidates = [n for n, free in enumerate(nodes.free) if free > 0]
         if not candidates:
             break
-        _take(result, min(candidates, key=lambda n: (nodes.free[n], n)), 1, nodes)
+        _take(result, min(candidates, key=lambda n: (nodes.free[n], n)), want=1, nodes=nodes)
     return result
 
 
 def shrink_replicaset(
     placement: dict[int, int],
     remove: int,
-    nodes: GpuNodes,
     *,
+    nodes: GpuNodes,
     started: dict[int, list[float]] | None = None,
     now: float = 0.0,
 ) -> dict[int, int]:

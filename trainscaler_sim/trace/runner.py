@@ -91,7 +91,7 @@ def run_matrix(
     for label, jobs in jobs_by_workload.items():
         for policy in policies:
 
-            def tick(now: float, done: int, total: int, p: str = policy, w: str = label) -> None:
+            def tick(now: float, done: int, total: int, *, p: str = policy, w: str = label) -> None:
                 if progress is not None:
                     progress(p, w, now, done, total)
 

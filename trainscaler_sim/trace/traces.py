@@ -47,12 +47,12 @@ class _Curve:
     sync_time: tuple[float, ...]
 
     def at(self, local_bsz: float) -> tuple[float, float]:
-        return _interp(self.local_bsz, self.step_time, local_bsz), _interp(
-            self.local_bsz, self.sync_time, local_bsz
+        return _interp(self.local_bsz, self.step_time, x=local_bsz), _interp(
+            self.local_bsz, self.sync_time, x=local_bsz
         )
 
 
-def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+def _interp(xs: tuple[float, ...], ys: tuple[float, ...], *, x: float) -> float:
     """Linear interpolation; linear extrapolation past the ends, kept positive."""
     if len(xs) == 1:
         return ys[0]
@@ -171,15 +171,15 @@ class ApplicationTrace:
         node_counts = sorted(self.grid)
         i = bisect.bisect_left(node_counts, nodes)
         if i < len(node_counts) and node_counts[i] == nodes:
-            return self._at_nodes(nodes, density, local_bsz)
+            return self._at_nodes(nodes, density, local_bsz=local_bsz)
         i = min(max(i, 1), len(node_counts) - 1)
         n0, n1 = node_counts[i - 1], node_counts[i]
-        s0, y0 = self._at_nodes(n0, density, local_bsz)
-        s1, y1 = self._at_nodes(n1, density, local_bsz)
+        s0, y0 = self._at_nodes(n0, density, local_bsz=local_bsz)
+        s1, y1 = self._at_nodes(n1, density, local_bsz=local_bsz)
         w = (nodes - n0) / (n1 - n0)
         return s0 + (s1 - s0) * w, y0 + (y1 - y0) * w
 
-    def _at_nodes(self, nodes: int, density: float, local_bsz: float) -> tuple[float, float]:
+    def _at_nodes(self, nodes: int, density: float, *, local_bsz: float) -> tuple[float, float]:
         points = self.grid[nodes]
         densities = [d for d, _ in points]
         i = bisect.bisect_left(densities, density)

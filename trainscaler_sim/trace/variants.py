@@ -43,7 +43,7 @@ def _scaled(factor: float) -> Variant:
     return scale
 
 
-def _mix(job: WorkloadJob, like: WorkloadJob, index: int) -> WorkloadJob:
+def _mix(job: WorkloadJob, like: WorkloadJob, *, index: int) -> WorkloadJob:
     return replace(
         job,
         name=f"{like.application}-v{index}",
@@ -56,8 +56,8 @@ def _mix(job: WorkloadJob, like: WorkloadJob, index: int) -> WorkloadJob:
 def variant_family(
     family: str,
     base: Mapping[str, Sequence[WorkloadJob]],
-    traces: Mapping[str, ApplicationTrace],
     *,
+    traces: Mapping[str, ApplicationTrace],
     long_job_s: float = LONG_JOB_S,
 ) -> dict[str, tuple[WorkloadJob, ...]]:
     """One variant of each base workload (label ``<family>/w<k>``)."""
@@ -72,7 +72,7 @@ def variant_family(
             varied = _scaled(1.5)(label, jobs)
         elif family == "resampled":
             rng = random.Random(1000 + seed)
-            varied = tuple(_mix(job, rng.choice(pool), i) for i, job in enumerate(jobs))
+            varied = tuple(_mix(job, rng.choice(pool), index=i) for i, job in enumerate(jobs))
         elif family == "long-2x":
             rng = random.Random(2000 + seed)
 
@@ -84,7 +84,7 @@ def variant_family(
             extra = min(len(jobs) - len(short), len(short))
             chosen = set(rng.sample(short, extra))
             varied = tuple(
-                _mix(job, rng.choice(long_pool), i) if i in chosen else job
+                _mix(job, rng.choice(long_pool), index=i) if i in chosen else job
                 for i, job in enumerate(jobs)
             )
         else:

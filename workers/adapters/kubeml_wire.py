@@ -149,13 +149,13 @@ def decode(body: bytes, go_type: GoType) -> dict[str, Any]:
     if raw is None:
         return value
     try:
-        decoded: dict[str, Any] = _into(raw, go_type, value, where=go_type.name)
+        decoded: dict[str, Any] = _into(raw, go_type, current=value, where=go_type.name)
     except RecursionError:
         raise GoDecodeError("exceeded max depth") from None
     return decoded
 
 
-def _type_error(raw: Any, go_type: GoType, where: str) -> GoDecodeError:
+def _type_error(raw: Any, go_type: GoType, *, where: str) -> GoDecodeError:
     kinds = {
         list: "array",
         str: "string",
@@ -172,51 +172,51 @@ def _is_object(raw: Any) -> bool:
     return isinstance(raw, _Pairs)
 
 
-def _into(raw: Any, go_type: GoType, current: Any, *, where: str) -> Any:
+def _into(raw: Any, go_type: GoType, *, current: Any, where: str) -> Any:
     if raw is None:
         return current  # Go: null leaves a non-pointer value as it was
     kind = go_type.kind
     if kind == "struct":
         if not _is_object(raw):
-            raise _type_error(raw, go_type, where)
+            raise _type_error(raw, go_type, where=where)
         result = dict(current) if isinstance(current, dict) else zero(go_type)
         for key, value in raw:
             name = _field_for(key, go_type)
             if name is not None:
                 result[name] = _into(
-                    value, go_type.fields[name], result[name], where=f"{where}.{name}"
+                    value, go_type.fields[name], current=result[name], where=f"{where}.{name}"
                 )
         return result
     if kind == "object":
         if not _is_object(raw):
-            raise _type_error(raw, go_type, where)
+            raise _type_error(raw, go_type, where=where)
         return _plain(raw)
     if kind == "slice":
         if not isinstance(raw, list) or _is_object(raw):
-            raise _type_error(raw, go_type, where)
+            raise _type_error(raw, go_type, where=where)
         return [_plain(item) for item in raw]
     if kind == "any":
         return _plain(raw)
     if kind == "string":
         if type(raw) is not str:
-            raise _type_error(raw, go_type, where)
+            raise _type_error(raw, go_type, where=where)
         return _SURROGATE.sub("\ufffd", raw)
     if kind == "bool":
         if not isinstance(raw, bool):
-            raise _type_error(raw, go_type, where)
+            raise _type_error(raw, go_type, where=where)
         return raw
     if not isinstance(raw, _IntLiteral | Decimal):
-        raise _type_error(raw, go_type, where)
+        raise _type_error(raw, go_type, where=where)
     if kind == "int":
         # strconv.ParseInt: integer literals only (no "1.0", no "1e2"), 64 bits.
         value = raw.number() if isinstance(raw, _IntLiteral) else None
         if value is None or not INT64_MIN <= value <= INT64_MAX:
             raise GoDecodeError(f"json: cannot unmarshal number into Go value {where} of type int")
         return int(value)
-    return _float(raw, kind, where)
+    return _float(raw, kind, where=where)
 
 
-def _float(raw: _IntLiteral | Decimal, kind: str, where: str) -> float:
+def _float(raw: _IntLiteral | Decimal, kind: str, *, where: str) -> float:
     """strconv.ParseFloat at 32 or 64 bits: a value past the largest finite one is an error."""
     number = float(raw.number() if isinstance(raw, _IntLiteral) else raw)
     limit = FLOAT32_MAX if kind == "float32" else sys.float_info.max
@@ -240,7 +240,7 @@ def _plain(raw: Any) -> Any:
     if isinstance(raw, list):
         return [_plain(item) for item in raw]
     if isinstance(raw, _IntLiteral | Decimal):
-        return _float(raw, "float64", "interface {}")
+        return _float(raw, "float64", where="interface {}")
     if isinstance(raw, str):
         return _SURROGATE.sub("\ufffd", raw)
     return raw

@@ -92,7 +92,7 @@ class ParameterServerScaler:
     def scale(self, request: ScaleRequest) -> ScaleOutcome:
         """Answer the job's parameter server (policy and rule have no place there)."""
         job, replicas = request.job, request.replicas
-        _checked_target(job, self._store.get_job(job), replicas)
+        _checked_target(job, self._store.get_job(job), replicas=replicas)
         before = self.current_replicas(job)
         if request.generation is None:
             if before == replicas:
@@ -115,7 +115,7 @@ class ParameterServerScaler:
     def _send(
         self, job: str, replicas: int, *, key: str, elapsed_time: float | None, reason: str
     ) -> int:
-        record, request, url = _checked_target(job, self._store.get_job(job), replicas)
+        record, request, url = _checked_target(job, self._store.get_job(job), replicas=replicas)
         started = bool(self._store.redis.hexists(self.replicas_key, job))
         operation = TaskOperation.UPDATE_TASK if started else TaskOperation.CREATE_TASK
         if operation == TaskOperation.CREATE_TASK:
@@ -137,7 +137,7 @@ class ParameterServerScaler:
             raise TransientScaleError(f"{job}: {endpoint} timed out: {error}") from error
         except httpx.HTTPError as error:
             raise TransientScaleError(f"{job}: {endpoint} unreachable: {error}") from error
-        _raise_for_status(job, endpoint, response)
+        _raise_for_status(job, endpoint, response=response)
         self._store.redis.hset(self.replicas_key, job, replicas)
         log.info(
             "parameter server %s: %s parallelism %d",
@@ -163,7 +163,7 @@ def _ps_url(record: JobRecord | None) -> str | None:
 
 
 def _checked_target(
-    job: str, record: JobRecord | None, replicas: int
+    job: str, record: JobRecord | None, *, replicas: int
 ) -> tuple[JobRecord, TrainRequest, str]:
     """The job's record, its request and its parameter server's base URL."""
     request = record.request if record is not None else None
@@ -179,7 +179,7 @@ def _checked_target(
     return record, request, url
 
 
-def _raise_for_status(job: str, endpoint: str, response: httpx.Response) -> None:
+def _raise_for_status(job: str, endpoint: str, *, response: httpx.Response) -> None:
     status = response.status_code
     if 200 <= status <= 299:
         return

@@ -122,18 +122,20 @@ class RedisSchedulerQueue:
     # --- the full interface ---------------------------------------------------
 
     def push_entry(
-        self, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
+        self, queue: str, item_id: str, *, payload: Mapping[str, Any], now: float
     ) -> tuple[bool, int]:
         """Queue ``payload`` for ``item_id``; returns (merged into a pending item, seq)."""
-        reply = self._push(keys=self.keys, args=self._push_args(queue, item_id, payload, now))
-        return self.push_result(queue, item_id, reply)
+        reply = self._push(
+            keys=self.keys, args=self._push_args(queue, item_id, payload=payload, now=now)
+        )
+        return self.push_result(queue, item_id, reply=reply)
 
     def push_and_wake(
         self,
         queue: str,
         item_id: str,
-        payload: Mapping[str, Any],
         *,
+        payload: Mapping[str, Any],
         now: float,
         wake_key: str,
         wake_ttl: float,
@@ -143,19 +145,26 @@ class RedisSchedulerQueue:
         Returns (merged, seq, woke): ``woke`` is true when this push set the
         flag, so the caller must wake a consumer; the consumer clears it.
         """
-        args = [*self._push_args(queue, item_id, payload, now), max(1, int(wake_ttl * 1000))]
+        args = [
+            *self._push_args(queue, item_id, payload=payload, now=now),
+            max(1, int(wake_ttl * 1000)),
+        ]
         reply = self._push(keys=[*self.keys, wake_key], args=args)
-        merged, seq = self.push_result(queue, item_id, reply)
+        merged, seq = self.push_result(queue, item_id, reply=reply)
         return merged, seq, bool(int(reply[2]))
 
     def push_in(
-        self, pipe: Any, queue: str, item_id: str, payload: Mapping[str, Any], *, now: float
+        self, pipe: Any, queue: str, *, item_id: str, payload: Mapping[str, Any], now: float
     ) -> None:
         """Queue the push on a pipeline; read its reply with ``push_result``."""
-        self._push(keys=self.keys, args=self._push_args(queue, item_id, payload, now), client=pipe)
+        self._push(
+            keys=self.keys,
+            args=self._push_args(queue, item_id, payload=payload, now=now),
+            client=pipe,
+        )
 
     def _push_args(
-        self, queue: str, item_id: str, payload: Mapping[str, Any], now: float
+        self, queue: str, item_id: str, *, payload: Mapping[str, Any], now: float
     ) -> list[Any]:
         _check_queue(queue)
         _check_item(item_id)
@@ -166,7 +175,7 @@ class RedisSchedulerQueue:
     def max_length(self) -> int:
         return self._max_length
 
-    def push_result(self, queue: str, item_id: str, reply: Any) -> tuple[bool, int]:
+    def push_result(self, queue: str, item_id: str, *, reply: Any) -> tuple[bool, int]:
         """(merged, seq) from a push's reply, or ``QueueFullError``."""
         status, seq = int(reply[0]), int(reply[1])
         if status == -1:

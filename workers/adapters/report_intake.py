@@ -158,7 +158,7 @@ class ReportIntake:
         reply = results[0]
         if waits:
             self._warn_if_unreplicated(job, int(results[-1]))
-        merged, seq = self._queue.push_result(TRAIN, job, reply)
+        merged, seq = self._queue.push_result(TRAIN, job, reply=reply)
         epoch = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
         if epoch and report.epoch != int(epoch):
             report = report.model_copy(update={"epoch": int(epoch)})

@@ -153,7 +153,7 @@ class StateStore(ClusterBooks):
         return sorted(text(x) for x in self.redis.smembers(self.key("jobs")))
 
     def forget_job_policy(
-        self, job: str, policy: str, forget: Callable[[str | None], str | None]
+        self, job: str, policy: str, *, forget: Callable[[str | None], str | None]
     ) -> None:
         """Rewrite (or drop, when ``forget`` returns None) one job's policy state."""
         state_key = self.job_key(job, f"policy:{policy}")
@@ -260,9 +260,9 @@ class StateStore(ClusterBooks):
         self,
         job: str,
         policy: str,
+        *,
         compute: Callable[[str | None, ScheduleCursor, int], T],
         commit: Callable[[T], ScheduleWrite | None],
-        *,
         attempts: int = 50,
         on_conflict: Callable[[T], None] = lambda _: None,
     ) -> T:
@@ -293,11 +293,11 @@ class StateStore(ClusterBooks):
         generation = int(self.redis.incr(self.job_key(decision.job, "generation")))
         record = DecisionRecord(generation=generation, at=at, source="autoscale", decision=decision)
         pipe = self.redis.pipeline()
-        self._queue_decision(pipe, decision.job, record)
+        self._queue_decision(pipe, decision.job, record=record)
         pipe.execute()
         return generation
 
-    def _queue_decision(self, pipe: Any, job: str, record: DecisionRecord) -> None:
+    def _queue_decision(self, pipe: Any, job: str, *, record: DecisionRecord) -> None:
         key = self.job_key(job, "decisions")
         pipe.lpush(key, record.model_dump_json())
         pipe.ltrim(key, 0, self.history - 1)

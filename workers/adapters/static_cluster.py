@@ -108,7 +108,7 @@ class StaticClusterReader:
         }
         cpu_req = mem_req = gpu_req = cpu_lim = mem_lim = gpu_lim = 0
         for pod in cluster.pods:
-            _take(idle, pod.node, pod.cpu_milli, pod.memory_mega, pod.gpu)
+            _take(idle, pod.node, cpu=pod.cpu_milli, mem=pod.memory_mega, gpu=pod.gpu)
             cpu_req, mem_req, gpu_req = (
                 cpu_req + pod.cpu_milli,
                 mem_req + pod.memory_mega,
@@ -133,7 +133,7 @@ class StaticClusterReader:
                     None,
                 )
                 if node is not None:
-                    _take(idle, node, need.cpu_milli, need.memory_mega, need.gpu)
+                    _take(idle, node, cpu=need.cpu_milli, mem=need.memory_mega, gpu=need.gpu)
             n = job.current_replicas
             cpu_req += n * need.cpu_milli
             mem_req += n * need.memory_mega
@@ -160,7 +160,7 @@ class StaticClusterReader:
         )
 
 
-def _take(idle: dict[str, list[int]], node: str, cpu: int, mem: int, gpu: int) -> None:
+def _take(idle: dict[str, list[int]], node: str, *, cpu: int, mem: int, gpu: int) -> None:
     if node in idle:
         room = idle[node]
         room[0] -= cpu

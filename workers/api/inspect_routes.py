@@ -30,6 +30,7 @@ async def jobs(ctx: Ctx) -> list[JobSummary]:
 async def job(
     job_id: str,
     ctx: Ctx,
+    *,
     namespace: Annotated[str | None, Query(min_length=1, max_length=253)] = None,
 ) -> JobDetail:
     """One job: replicas, fulfillment, recent epoch times and throughput, decisions with reasons."""

@@ -63,7 +63,7 @@ def _job_url(job: str) -> str:
 
 @router.post("/train", status_code=status.HTTP_201_CREATED)
 async def train(
-    request: TrainRequest, ctx: Ctx, response: Response, wait: Wait = DEFAULT_WAIT_S
+    request: TrainRequest, ctx: Ctx, *, response: Response, wait: Wait = DEFAULT_WAIT_S
 ) -> TrainAnswer:
     """KubeML ``CreateTask``: submit a train request; the answer carries the job id.
 
@@ -99,7 +99,7 @@ async def train(
     responses={202: {"model": ReportAnswer, "description": "queued, not decided yet"}},
 )
 async def report_epoch(
-    task: TrainTask, ctx: Ctx, response: Response, wait: Wait = DEFAULT_WAIT_S
+    task: TrainTask, ctx: Ctx, *, response: Response, wait: Wait = DEFAULT_WAIT_S
 ) -> ReportAnswer:
     """KubeML ``UpdateTask``: a job's end-of-epoch report (parallelism, elapsed time)."""
     require_utf8(body=task)
@@ -146,6 +146,7 @@ async def report_epoch(
 async def finish(
     task_id: str,
     ctx: Ctx,
+    *,
     response: Response,
     wait: Wait = DEFAULT_WAIT_S,
     namespace: Annotated[str | None, Query(min_length=1, max_length=253)] = None,

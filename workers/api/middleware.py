@@ -36,7 +36,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], *, request_id: str) -> None:
+async def send_json(send: Send, status: int, *, body: dict[str, Any], request_id: str) -> None:
     data = json.dumps(body).encode()
     await send(
         {
@@ -94,7 +94,7 @@ class RequestIdMiddleware:
                 await send_json(
                     send,
                     500,
-                    {"detail": "internal error", "request_id": request_id},
+                    body={"detail": "internal error", "request_id": request_id},
                     request_id=request_id,
                 )
         finally:
@@ -134,7 +134,9 @@ class BodySizeLimitMiddleware:
             try:
                 too_big = int(declared) > self.max_body_bytes
             except ValueError:
-                await self._reject(send, 400, "Content-Length is not a number", request_id)
+                await self._reject(
+                    send, 400, detail="Content-Length is not a number", request_id=request_id
+                )
                 return
             if too_big:
                 await self._too_big(send, request_id)
@@ -170,11 +172,11 @@ class BodySizeLimitMiddleware:
         await self._reject(
             send,
             413,
-            f"request body is larger than {self.max_body_bytes} bytes "
+            detail=f"request body is larger than {self.max_body_bytes} bytes "
             "(TRAINSCALER_API_MAX_BODY_BYTES)",
-            request_id,
+            request_id=request_id,
         )
 
     @staticmethod
-    async def _reject(send: Send, status: int, detail: str, request_id: str) -> None:
-        await send_json(send, status, {"detail": detail}, request_id=request_id)
+    async def _reject(send: Send, status: int, *, detail: str, request_id: str) -> None:
+        await send_json(send, status, body={"detail": detail}, request_id=request_id)

@@ -77,7 +77,7 @@ def _epoch_view(report: EpochReport, record: JobRecord | None) -> EpochView:
     )
 
 
-def _fulfillment(low: int | None, high: int | None, replicas: int | None) -> float | None:
+def _fulfillment(low: int | None, high: int | None, *, replicas: int | None) -> float | None:
     # EDL: fulfillment (cur - min) / (max - min), 1 when max == min.
     if low is None or high is None or replicas is None:
         return None
@@ -193,7 +193,7 @@ def _summary(
         max_replicas=high,
         replicas=replicas,
         desired=decisions[0].decision.target if decisions else None,
-        fulfillment=_fulfillment(low, high, replicas),
+        fulfillment=_fulfillment(low, high, replicas=replicas),
         state=state,
         waiting_for=waiting_for,
         scalable=scalable,

@@ -54,7 +54,7 @@ class CommandError(Exception):
 class Api:
     """The API client of one command, with the settings that explain its failures."""
 
-    def __init__(self, settings: Settings, api_url: str | None, token: str | None) -> None:
+    def __init__(self, settings: Settings, api_url: str | None, *, token: str | None) -> None:
         self.settings = settings
         self.url = api_url or settings.api_url
         self.client = TrainscalerClient(self.url, token=token or settings.api_token)
@@ -67,7 +67,7 @@ class Api:
             raise CommandError(f"{what}: {api_refused(self.settings, error)}") from None
         except httpx.TransportError as error:
             raise CommandError(
-                f"{what}: {api_unreachable(self.settings, self.url, error)}"
+                f"{what}: {api_unreachable(self.settings, self.url, error=error)}"
             ) from None
 
     def close(self) -> None:
@@ -107,9 +107,9 @@ def _fmt(value: Any, digits: int = 2) -> str:
 # --- plan -------------------------------------------------------------------------------
 
 
-def plan(api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False) -> None:
+def plan(api_url: ApiUrl = None, token: Token = None, *, as_json: AsJson = False) -> None:
     """The planner's newest round: each decision with its reason, and the cluster it saw."""
-    api = Api(get_settings(), api_url, token)
+    api = Api(get_settings(), api_url, token=token)
     try:
         newest = api.call("plan", lambda client: client.plan())
     finally:
@@ -147,6 +147,7 @@ def plan(api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False) -
 def submit(
     model_type: Annotated[str | None, typer.Option(help="KubeML model type.")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset name.")] = None,
+    *,
     batch_size: Annotated[int | None, typer.Option(min=1)] = None,
     epochs: Annotated[int | None, typer.Option(min=1)] = None,
     learning_rate: Annotated[float, typer.Option(min=0)] = 0.01,
@@ -199,7 +200,7 @@ def submit(
             task_id, job = producer.submit(request)
         answer: dict[str, Any] = {"job": job, "task_id": task_id, "recorded": False}
     else:
-        api = Api(settings, api_url, token)
+        api = Api(settings, api_url, token=token)
         try:
             answer = api.call("submit", lambda client: client.train(request))
         finally:
@@ -213,6 +214,7 @@ def submit(
 def report(
     job: Annotated[str, typer.Argument(help="Job key namespace/id (or a unique id).")],
     parallelism: Annotated[int, typer.Option(min=1, help="Workers the epoch ran with.")],
+    *,
     elapsed: Annotated[float, typer.Option(min=0, help="Seconds the epoch took.")],
     epoch: Annotated[int | None, typer.Option(min=0, help="Epoch number (--celery).")] = None,
     celery: ViaCelery = False,
@@ -233,7 +235,7 @@ def report(
             )
         answer: dict[str, Any] = {"job": job, "decided": False}
     else:
-        api = Api(settings, api_url, token)
+        api = Api(settings, api_url, token=token)
 
         def send(client: TrainscalerClient) -> dict[str, Any]:
             detail = client.job(job)
@@ -268,11 +270,12 @@ def report(
 def jobs(
     job: Annotated[str | None, Argument(help="Show one job in detail.")] = None,
     api_url: ApiUrl = None,
+    *,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """List jobs (name, replicas, fulfillment, state, newest reason), or one job in detail."""
-    api = Api(get_settings(), api_url, token)
+    api = Api(get_settings(), api_url, token=token)
     try:
         if job is not None:
             detail = api.call("jobs", lambda client: client.job(job))
@@ -330,14 +333,14 @@ def _queue_line(name: str, stats: dict[str, Any]) -> str:
     return f"queue {name}: depth {stats['depth']}, in flight {stats['in_flight']}, {oldest}"
 
 
-def status(api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False) -> None:
+def status(api_url: ApiUrl = None, token: Token = None, *, as_json: AsJson = False) -> None:
     """Health, queues, dead letters and jobs that cannot be scaled.
 
     Exit 1 when unhealthy; 2 when dead letters arrived since the last look (the
     previous ``status`` against this API) or some job can never be scaled.
     """
     settings = get_settings()
-    api = Api(settings, api_url, token)
+    api = Api(settings, api_url, token=token)
     try:
         healthy, health = api.call("status", lambda client: client.health())
         queue = api.call("status", lambda client: client.queue())

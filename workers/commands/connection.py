@@ -18,7 +18,7 @@ def _note(settings: Settings) -> str:
     return discovery_note(Path(settings.discovery_file))
 
 
-def api_unreachable(settings: Settings, url: str, error: Exception) -> str:
+def api_unreachable(settings: Settings, url: str, *, error: Exception) -> str:
     return (
         f"cannot reach the API at {url} ({error}); set TRAINSCALER_API_URL or --api-url; "
         f"{_note(settings)}"

@@ -41,6 +41,7 @@ def flower_argv(
 def flower(
     ctx: typer.Context,
     address: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    *,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 5555,
     basic_auth: Annotated[
         str | None, typer.Option(help="user:password[,user2:password2] for basic auth.")

@@ -140,8 +140,8 @@ def _decision_summary(decision: ScalingDecision, *, source: str = "autoscale") -
 def _summary(
     plan: Plan,
     driver: JobDriver | None,
-    runtime: Runtime,
     *,
+    runtime: Runtime,
     started_s: float | None,
     children: dict[str, int],
 ) -> dict[str, Any]:
@@ -220,6 +220,7 @@ def run(
             help="loopback: simulated API server and nodes; kubeconfig: the cluster KUBECONFIG names.",
         ),
     ] = ClusterMode.LOOPBACK,
+    *,
     table: Annotated[
         bool, typer.Option("--table/--no-table", help="Live table, or plain log lines.")
     ] = True,
@@ -288,7 +289,7 @@ def run(
                 say(note)
             inherited = dict(os.environ)  # passed through, never interpreted here
             env = child_env(inherited, plan.settings.model_dump(mode="json"))
-            start_all(supervisor, child_layout(plan, nodes=nodes, gpus=gpus), env)
+            start_all(supervisor, child_layout(plan, nodes=nodes, gpus=gpus), env=env)
             kube = _kube_api_client(plan.settings)
             install_crd(kube)
             cluster_jobs = ClusterJobs(
@@ -358,7 +359,7 @@ def run(
             if poller is not None:
                 poller.stop()
             report = _summary(
-                plan, driver, runtime, started_s=startup_s, children=supervisor.pids()
+                plan, driver, runtime=runtime, started_s=startup_s, children=supervisor.pids()
             )
             if summary is not None:
                 summary.write_text(json.dumps(report, indent=2))

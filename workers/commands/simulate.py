@@ -56,6 +56,7 @@ def simulate_command(
     policy: Annotated[
         str, typer.Option(help="Policy name, comma-separated names, or 'all'.")
     ] = "all",
+    *,
     data_dir: Annotated[
         Path | None, typer.Option(help="Traces and workloads folder (default: the setting).")
     ] = None,

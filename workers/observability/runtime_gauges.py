@@ -120,7 +120,7 @@ class JobGauge:
 
     __slots__ = ("desired", "job", "replicas")
 
-    def __init__(self, job: str, replicas: int | None, desired: int | None) -> None:
+    def __init__(self, job: str, replicas: int | None, *, desired: int | None) -> None:
         self.job = job
         self.replicas = replicas
         self.desired = desired
@@ -148,5 +148,5 @@ def job_gauges(store: StateStore) -> list[JobGauge]:
             if decision_raw
             else None
         )
-        result.append(JobGauge(job, applied, desired))
+        result.append(JobGauge(job, applied, desired=desired))
     return result

@@ -78,7 +78,7 @@ class GoodputPolicy:
     state_type = GoodputState
 
     def decide(
-        self, request: PolicyInput, state: GoodputState, params: GoodputParams
+        self, request: PolicyInput, state: GoodputState, *, params: GoodputParams
     ) -> PolicyResult[GoodputState]:
         cluster = request.cluster
         gpus_per_node = cluster.gpu_total // cluster.node_count if cluster.node_count else 1
@@ -88,23 +88,26 @@ class GoodputPolicy:
             max_applications=params.max_applications,
             gpus_per_node=gpus_per_node,
         )
-        books, apps = ingest_reports(request, state.jobs, state.apps, limits)
-        books = account_time(request, state.last_now, books)
+        books, apps = ingest_reports(request, state.jobs, apps=state.apps, limits=limits)
+        books = account_time(request, state.last_now, books=books)
         budget = math.floor(cluster.gpu_total * params.max_load_desired)
         weight = (len(request.jobs) - 1) / max(budget, 1)
-        plans = [estimate(job, books[job.key], apps, params, weight) for job in request.jobs]
+        plans = [
+            estimate(job, books[job.key], apps=apps, params=params, weight=weight)
+            for job in request.jobs
+        ]
         interval = request.now - state.last_now if state.last_now is not None else 0.0
         allocate(
             plans,
             budget,
-            cluster.nodes.nodes_gpu_free,
-            gpus_per_node,
-            params,
+            node_free=cluster.nodes.nodes_gpu_free,
+            gpus_per_node=gpus_per_node,
+            params=params,
             interval_s=max(0.0, interval),
         )
         decisions = []
         for plan in plans:
-            decision, book = decide_job(plan, params, request.now)
+            decision, book = decide_job(plan, params, now=request.now)
             decisions.append(decision)
             books[plan.job.key] = book
         plan_out = ScalingPlan(

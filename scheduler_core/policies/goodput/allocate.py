@@ -54,10 +54,10 @@ from scheduler_core.policies.goodput.shape import land, shape_s, start_shape, wo
 def allocate(
     plans: list[JobPlan],
     budget: int,
+    *,
     node_free: dict[str, int],
     gpus_per_node: int,
     params: GoodputParams,
-    *,
     interval_s: float = 0.0,
 ) -> None:
     for plan in plans:
@@ -104,7 +104,7 @@ def allocate(
             and plan.known
             and size != plan.running
             and budget >= plan.running  # a forced shrink is not a choice
-            and not worth(plan, size, free, gpus_per_node, params)
+            and not worth(plan, size, free=free, gpus_per_node=gpus_per_node, params=params)
         ):
             size = plan.running
         if (
@@ -119,12 +119,12 @@ def allocate(
             plan.unmeasured = True
             size = plan.running
         if plan.running == 0 and 0 < size <= unclaimed and plan.known:
-            size = start_shape(plan, size, free, gpus_per_node, params)
+            size = start_shape(plan, size, free=free, gpus_per_node=gpus_per_node, params=params)
             plan.placements = free.fill(size)
         elif plan.running == 0 and 0 < size <= unclaimed:
             # A start into free GPUs: on as few nodes as the job's size needs,
             # smaller if the free GPUs are too scattered for that.
-            fits = packable(size, free, gpus_per_node)
+            fits = packable(size, free, gpus_per_node=gpus_per_node)
             if 2 * fits >= size:
                 # Half the size on one node beats all of it scattered.
                 size = fits
@@ -155,7 +155,13 @@ def allocate(
             plan.deferred = size
             size, plan.placements = 0, {}
         elif plan.running == 0 and plan.known and plan.settled and size > unclaimed:
-            limit = protect_s(order[rank + 1 :], size - unclaimed, waiting, budget_total, params)
+            limit = protect_s(
+                order[rank + 1 :],
+                size - unclaimed,
+                waiting=waiting,
+                gpus=budget_total,
+                params=params,
+            )
             if plan.book.waited_s < limit:
                 plan.protected_s = limit
                 size, plan.placements = 0, {}
@@ -165,15 +171,15 @@ def allocate(
         for node, count in plan.placements.items():
             free.take(node, count)  # the start's pods, where they were predicted
         if plan.running and size > plan.running:
-            land(plan, size - plan.running, free)
+            land(plan, size - plan.running, free=free)
         budget -= size
         unclaimed = max(unclaimed - max(0, size - plan.running), 0)
     left = budget - params.leftover_reserve - deferred
-    share_leftovers(order, left, free, gpus_per_node, params)
+    share_leftovers(order, left, free=free, gpus_per_node=gpus_per_node, params=params)
 
 
 def protect_s(
-    below: list[JobPlan], need: int, waiting: int, gpus: int, params: GoodputParams
+    below: list[JobPlan], need: int, *, waiting: int, gpus: int, params: GoodputParams
 ) -> float:
     """Rule goodput.protect: how long a start may wait rather than take ``need`` GPUs
     from the lowest-ranked running jobs (the ones the ranked pass shrinks first).
@@ -199,6 +205,7 @@ def protect_s(
 def share_leftovers(
     order: list[JobPlan],
     left: int,
+    *,
     free: FreeGpus,
     gpus_per_node: int,
     params: GoodputParams,
@@ -218,20 +225,22 @@ def share_leftovers(
                 )
             ):
                 continue
-            now_s = shape_s(plan, plan.alloc, free, gpus_per_node, params)
+            now_s = shape_s(plan, plan.alloc, free=free, gpus_per_node=gpus_per_node, params=params)
             # Only where measurements say it helps; probing is the ranked pass's job.
             largest = plan.curve.largest if plan.curve is not None else 0
             top = min(plan.job.max_replicas, plan.alloc + left, largest)
             for size in range(plan.alloc + 1, top + 1):
                 if size != node_friendly(size, gpus_per_node):
                     continue
-                gain = now_s - shape_s(plan, size, free, gpus_per_node, params)
+                gain = now_s - shape_s(
+                    plan, size, free=free, gpus_per_node=gpus_per_node, params=params
+                )
                 if gain <= 0:
                     continue
                 if (
                     plan.running
                     and plan.alloc == plan.running
-                    and not worth(plan, size, free, gpus_per_node, params)
+                    and not worth(plan, size, free=free, gpus_per_node=gpus_per_node, params=params)
                 ):
                     continue
                 per_gpu = gain / (size - plan.alloc)
@@ -241,5 +250,5 @@ def share_leftovers(
             return
         _, size, plan = best
         left -= size - plan.alloc
-        land(plan, size - plan.alloc, free)
+        land(plan, size - plan.alloc, free=free)
         plan.alloc = size

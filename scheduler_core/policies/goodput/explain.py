@@ -22,7 +22,7 @@ from scheduler_core.policies.goodput.plan import JobPlan
 
 
 def decide_job(
-    plan: JobPlan, params: GoodputParams, now: float
+    plan: JobPlan, params: GoodputParams, *, now: float
 ) -> tuple[ScalingDecision, GoodputJob]:
     job, target = plan.job, plan.alloc
     remaining_now = plan.remaining_s(target) if target > 0 else plan.remaining_s(plan.efficient)

@@ -102,6 +102,7 @@ class JobPlan:
 def estimate(
     job: ElasticJob,
     book: GoodputJob,
+    *,
     apps: dict[str, GoodputApp],
     params: GoodputParams,
     weight: float,
@@ -115,7 +116,7 @@ def estimate(
         provisional = True
     if curve is not None and not curve.known:
         curve = None
-    remaining, settled = remaining_units(book, app, params.settle_epochs)
+    remaining, settled = remaining_units(book, app, settle_epochs=params.settle_epochs)
     running = job.current_replicas if is_running(job) else 0
     requested = job.clamp(job.default_parallelism)
     if curve is None or remaining is None:

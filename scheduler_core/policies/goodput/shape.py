@@ -44,7 +44,7 @@ def held_pods(plan: JobPlan) -> dict[str, int]:
     return held
 
 
-def nodes_at(plan: JobPlan, size: int, free: FreeGpus) -> int:
+def nodes_at(plan: JobPlan, size: int, *, free: FreeGpus) -> int:
     """Nodes the job would run on at ``size`` (0 when its placement is not known).
 
     A grow's pods land where MostAllocated puts them (``most_allocated`` on
@@ -63,33 +63,33 @@ def nodes_at(plan: JobPlan, size: int, free: FreeGpus) -> int:
 
 
 def shape_s(
-    plan: JobPlan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
+    plan: JobPlan, size: int, *, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> float:
     """Rule goodput.shape for a running job: remaining time at ``size`` on the nodes it
     would land on (packed curve x the spread slowdown, rule goodput.spread)."""
     seconds = plan.remaining_s(size)
-    nodes = nodes_at(plan, size, free) if plan.running else 0
+    nodes = nodes_at(plan, size, free=free) if plan.running else 0
     if nodes == 0 or math.isinf(seconds):
         return seconds
     return seconds * spread_factor(
-        plan.spread, size, nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
+        plan.spread, size, nodes=nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
     )
 
 
 def worth(
-    plan: JobPlan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
+    plan: JobPlan, size: int, *, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> bool:
     """Hold rule: resizing a running job must save more than a restart, with margin,
     counting where the added pods land (a grow that spreads the job can be slower)."""
     if plan.running == 0 or size == plan.running:
         return True
-    before = shape_s(plan, plan.running, free, gpus_per_node, params)
-    after = shape_s(plan, size, free, gpus_per_node, params)
+    before = shape_s(plan, plan.running, free=free, gpus_per_node=gpus_per_node, params=params)
+    after = shape_s(plan, size, free=free, gpus_per_node=gpus_per_node, params=params)
     saving = before - after
     return saving > max(params.hold_factor * params.restart_s, params.hold_fraction * before)
 
 
-def land(plan: JobPlan, add: int, free: FreeGpus) -> None:
+def land(plan: JobPlan, add: int, *, free: FreeGpus) -> None:
     """Take a grow's predicted pods out of ``free`` (later predictions see them gone)."""
     if add <= 0 or not plan.job.placement:
         return
@@ -98,7 +98,7 @@ def land(plan: JobPlan, add: int, free: FreeGpus) -> None:
 
 
 def start_shape(
-    plan: JobPlan, size: int, free: FreeGpus, gpus_per_node: int, params: GoodputParams
+    plan: JobPlan, size: int, *, free: FreeGpus, gpus_per_node: int, params: GoodputParams
 ) -> int:
     """Rule goodput.shape: the start size whose predicted placement finishes first.
 
@@ -111,7 +111,11 @@ def start_shape(
     for candidate in range(max(plan.job.min_replicas, 1), size + 1):
         nodes = free.fill_nodes(candidate)
         factor = spread_factor(
-            plan.spread, candidate, nodes, gpus_per_node=gpus_per_node, prior=params.spread_prior
+            plan.spread,
+            candidate,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            prior=params.spread_prior,
         )
         seconds = plan.remaining_s(candidate) * factor
         if seconds < best_s * (1 - 1e-9):

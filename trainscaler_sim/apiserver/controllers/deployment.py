@@ -21,7 +21,7 @@ class DeploymentController(WorkloadController):
 
     def __init__(self, operations: ApiOperations) -> None:
         super().__init__(operations)
-        self.replicasets = self.operations.resource("apps", "v1", "replicasets")
+        self.replicasets = self.operations.resource("apps", "v1", plural="replicasets")
 
     def _new_replicaset(
         self, deployment: JsonObject, name: str, *, pod_hash: str, revision: int

@@ -67,7 +67,7 @@ def _arbitrary(a: RankedPod, b: RankedPod) -> int:
     )
 
 
-def _by_age(a: datetime | None, b: datetime | None, now: datetime | None) -> int | None:
+def _by_age(a: datetime | None, b: datetime | None, *, now: datetime | None) -> int | None:
     """Newer first, by log2 age bucket; None when the times are equal (no decision)."""
     if a == b:
         return None
@@ -84,7 +84,7 @@ def _by_age(a: datetime | None, b: datetime | None, now: datetime | None) -> int
     return -1 if difference < 0 else 1
 
 
-def _compare(a: RankedPod, b: RankedPod, now: datetime | None) -> int:
+def _compare(a: RankedPod, b: RankedPod, *, now: datetime | None) -> int:
     if bool(a.node) != bool(b.node):
         return -1 if not a.node else 1
     phase_a, phase_b = _PHASE_ORDINAL.get(a.phase, 0), _PHASE_ORDINAL.get(b.phase, 0)
@@ -97,12 +97,12 @@ def _compare(a: RankedPod, b: RankedPod, now: datetime | None) -> int:
     if a.related_on_node != b.related_on_node:
         return -1 if a.related_on_node > b.related_on_node else 1
     if a.ready and b.ready:
-        decided = _by_age(a.ready_since, b.ready_since, now)
+        decided = _by_age(a.ready_since, b.ready_since, now=now)
         if decided is not None:
             return _arbitrary(a, b) if decided == _UID_TIE else decided
     if a.restarts != b.restarts:
         return -1 if a.restarts > b.restarts else 1
-    decided = _by_age(a.created, b.created, now)
+    decided = _by_age(a.created, b.created, now=now)
     if decided is not None:
         return _arbitrary(a, b) if decided == _UID_TIE else decided
     return _arbitrary(a, b)
@@ -112,6 +112,6 @@ def deletion_order(pods: Sequence[RankedPod], *, now: datetime | None) -> list[R
     """``pods`` sorted cheapest to lose first."""
 
     def compare(a: RankedPod, b: RankedPod) -> int:
-        return _compare(a, b, now)
+        return _compare(a, b, now=now)
 
     return sorted(pods, key=functools.cmp_to_key(compare))

@@ -26,7 +26,7 @@ class RootCAPublisher:
     def __init__(self, operations: ApiOperations) -> None:
         self.operations = operations
         self.store = operations.store
-        self.configmaps = operations.resource("", "v1", CONFIGMAPS)
+        self.configmaps = operations.resource("", "v1", plural=CONFIGMAPS)
         # Namespaces that exist before the controllers start get theirs too.
         existing, _ = self.store.items(NAMESPACES, None)
         self._dirty: dict[str, None] = {item["metadata"]["name"]: None for item in existing}

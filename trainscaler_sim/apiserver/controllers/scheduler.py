@@ -102,7 +102,7 @@ class Scheduler:
         # schedulerName -> scoring, besides the default scheduler's best fit.
         self.profiles = dict(profiles or {})
         self.store = operations.store
-        self.pods = operations.resource("", "v1", "pods")
+        self.pods = operations.resource("", "v1", plural="pods")
         self._nodes: dict[str, NodeState] = {}
         self._node_counter = 0
         self._bound: dict[tuple[str, str], tuple[str, Resources]] = {}

@@ -24,8 +24,8 @@ class WorkloadController:
     def __init__(self, operations: ApiOperations) -> None:
         self.operations = operations
         self.store = operations.store
-        self.resource_type: ResourceType = operations.resource(self.group, "v1", self.plural)
-        self.pods: ResourceType = operations.resource("", "v1", "pods")
+        self.resource_type: ResourceType = operations.resource(self.group, "v1", plural=self.plural)
+        self.pods: ResourceType = operations.resource("", "v1", plural="pods")
         self._dirty: dict[tuple[str, str], None] = {}
 
     def observe(self, event: StoreEvent) -> None:

@@ -163,7 +163,7 @@ _STATUS_SCHEMA: dict[str, Any] = {
 }
 
 
-def _printer_column(name: str, kind: str, path: str) -> dict[str, str]:
+def _printer_column(name: str, kind: str, *, path: str) -> dict[str, str]:
     return {"name": name, "type": kind, "jsonPath": path}
 
 
@@ -190,12 +190,12 @@ ELASTICJOB_CRD: dict[str, Any] = {
                 # Status is written only through /status (by the scaler).
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
-                    _printer_column("Min", "integer", ".spec.minReplicas"),
-                    _printer_column("Max", "integer", ".spec.maxReplicas"),
-                    _printer_column("Current", "integer", ".status.currentReplicas"),
-                    _printer_column("Desired", "integer", ".status.desiredReplicas"),
-                    _printer_column("Policy", "string", ".spec.policy"),
-                    _printer_column("Age", "date", ".metadata.creationTimestamp"),
+                    _printer_column("Min", "integer", path=".spec.minReplicas"),
+                    _printer_column("Max", "integer", path=".spec.maxReplicas"),
+                    _printer_column("Current", "integer", path=".status.currentReplicas"),
+                    _printer_column("Desired", "integer", path=".status.desiredReplicas"),
+                    _printer_column("Policy", "string", path=".spec.policy"),
+                    _printer_column("Age", "date", path=".metadata.creationTimestamp"),
                 ],
                 "schema": {
                     "openAPIV3Schema": {

@@ -137,7 +137,7 @@ class DirectClusterReader:
             job = elastic_job(
                 resource,
                 view,
-                [],
+                target_pods=[],
                 gpu_resource=self._gpu_resource,
                 default_policy=self._default_policy,
             )
@@ -171,7 +171,7 @@ class DirectClusterReader:
                     elastic_job(
                         resource,
                         view,
-                        [],
+                        target_pods=[],
                         gpu_resource=self._gpu_resource,
                         default_policy=self._default_policy,
                     )
@@ -192,7 +192,9 @@ class DirectClusterReader:
             workload = workloads.get((kind, namespace, ref.name))
             return None if workload is None else view_of_workload(workload, batch_job=kind == JOBS)
         try:
-            scale = self._client.request("GET", kind.object_path(namespace, ref.name, "scale"))
+            scale = self._client.request(
+                "GET", kind.object_path(namespace, ref.name, subresource="scale")
+            )
         except KubeApiError as error:
             if error.status in (403, 404):
                 return None

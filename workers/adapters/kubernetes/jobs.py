@@ -113,7 +113,9 @@ def view_of_scale(scale: JsonObject) -> ScaleTargetView:
     )
 
 
-def pods_of(view: ScaleTargetView, namespace: str, pods: Sequence[JsonObject]) -> list[JsonObject]:
+def pods_of(
+    view: ScaleTargetView, namespace: str, *, pods: Sequence[JsonObject]
+) -> list[JsonObject]:
     """The target's pods: same namespace, labels matching its selector."""
     found = []
     for pod in pods:
@@ -157,8 +159,8 @@ class TargetPods:
 def elastic_job(
     resource: JsonObject,
     target: ScaleTargetView,
-    target_pods: Sequence[JsonObject],
     *,
+    target_pods: Sequence[JsonObject],
     gpu_resource: str,
     default_policy: str = "edl",
 ) -> ElasticJob:
@@ -166,7 +168,7 @@ def elastic_job(
     return elastic_job_of(
         resource,
         target,
-        TargetPods.of(target_pods),
+        pods=TargetPods.of(target_pods),
         gpu_resource=gpu_resource,
         default_policy=default_policy,
     )
@@ -175,8 +177,8 @@ def elastic_job(
 def elastic_job_of(
     resource: JsonObject,
     target: ScaleTargetView,
-    pods: TargetPods,
     *,
+    pods: TargetPods,
     gpu_resource: str,
     default_policy: str = "edl",
 ) -> ElasticJob:

@@ -35,7 +35,7 @@ class ResourceKind:
             return f"{prefix}/namespaces/{namespace}/{self.plural}"
         return f"{prefix}/{self.plural}"
 
-    def object_path(self, namespace: str, name: str, subresource: str | None = None) -> str:
+    def object_path(self, namespace: str, name: str, *, subresource: str | None = None) -> str:
         path = f"{self.collection_path(namespace)}/{name}"
         return f"{path}/{subresource}" if subresource else path
 

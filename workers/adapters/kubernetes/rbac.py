@@ -33,7 +33,9 @@ class Permission(NamedTuple):
     verb: str
 
 
-def _grant(api_group: str, resources: tuple[str, ...], verbs: tuple[str, ...]) -> set[Permission]:
+def _grant(
+    api_group: str, resources: tuple[str, ...], *, verbs: tuple[str, ...]
+) -> set[Permission]:
     return {Permission(api_group, r, v) for r in resources for v in verbs}
 
 
@@ -42,32 +44,32 @@ _APPS_KINDS = ("deployments", "statefulsets", "replicasets")
 PLANNER_PERMISSIONS: frozenset[Permission] = frozenset(
     # cache.py: one LIST then WATCH per kind (capacity, scale targets, ElasticJobs);
     # finish's direct.py listing needs nothing more.
-    _grant("", ("nodes", "pods"), ("list", "watch"))
-    | _grant("apps", _APPS_KINDS, ("list", "watch"))
-    | _grant("batch", ("jobs",), ("list", "watch"))
-    | _grant(GROUP, (PLURAL,), ("list", "watch"))
+    _grant("", ("nodes", "pods"), verbs=("list", "watch"))
+    | _grant("apps", _APPS_KINDS, verbs=("list", "watch"))
+    | _grant("batch", ("jobs",), verbs=("list", "watch"))
+    | _grant(GROUP, (PLURAL,), verbs=("list", "watch"))
 )
 
 SCALE_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
     # scaler.py: read the job when the planner sent no copy or after a 409, then
     # write its status through /status only.
-    _grant(GROUP, (PLURAL,), ("get",))
-    | _grant(GROUP, (f"{PLURAL}/status",), ("update",))
+    _grant(GROUP, (PLURAL,), verbs=("get",))
+    | _grant(GROUP, (f"{PLURAL}/status",), verbs=("update",))
     # scaler.py: Scale read and replaced with its resourceVersion as precondition.
-    | _grant("apps", tuple(f"{kind}/scale" for kind in _APPS_KINDS), ("get", "update"))
+    | _grant("apps", tuple(f"{kind}/scale" for kind in _APPS_KINDS), verbs=("get", "update"))
     # scaler.py: batch/v1 Jobs through spec.parallelism (merge patch).
-    | _grant("batch", ("jobs",), ("get", "patch"))
+    | _grant("batch", ("jobs",), verbs=("get", "patch"))
     # events.py: ScaledUp / ScaledDown / ScaleFailed on the ElasticJob.
-    | _grant("", ("events",), ("create",))
+    | _grant("", ("events",), verbs=("create",))
 )
 
 EVENT_WORKER_PERMISSIONS: frozenset[Permission] = frozenset(
     # direct.py: elastic_jobs (paged LISTs of ElasticJobs and the built-in kinds
     # they target), has_elastic_job (submit's one GET) and look_up (schedule's one
     # GET per job, a LIST of one name for its target). No watch, no cache.
-    _grant(GROUP, (PLURAL,), ("get", "list"))
-    | _grant("apps", _APPS_KINDS, ("list",))
-    | _grant("batch", ("jobs",), ("list",))
+    _grant(GROUP, (PLURAL,), verbs=("get", "list"))
+    | _grant("apps", _APPS_KINDS, verbs=("list",))
+    | _grant("batch", ("jobs",), verbs=("list",))
 )
 
 # The HTTP API reads through the same uncached reader (``GET /jobs``, a
@@ -94,14 +96,14 @@ REQUIRED_PERMISSIONS: frozenset[Permission] = (
 # URL has no name (it is in the body), so Kubernetes never matches resourceNames
 # on create.
 LEASE_PERMISSIONS: frozenset[Permission] = frozenset(
-    _grant("coordination.k8s.io", ("leases",), ("get", "create", "update"))
+    _grant("coordination.k8s.io", ("leases",), verbs=("get", "create", "update"))
 )
 LEASE_NAMED_VERBS: frozenset[str] = frozenset({"get", "update"})
 
 # Capacity is cluster-wide (every node, every live pod uses it): read-only, the
 # planner's only cluster-scoped grant in the namespaced alternative.
 CLUSTER_READ_PERMISSIONS: frozenset[Permission] = frozenset(
-    _grant("", ("nodes", "pods"), ("list", "watch"))
+    _grant("", ("nodes", "pods"), verbs=("list", "watch"))
 )
 
 # Everything else is per namespace: with ``TRAINSCALER_NAMESPACES`` set, a Role

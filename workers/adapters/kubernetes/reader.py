@@ -97,7 +97,7 @@ class KubeClusterReader:
                     job = elastic_job_of(
                         resource,
                         target,
-                        pods,
+                        pods=pods,
                         gpu_resource=self._gpu_resource,
                         default_policy=self._default_policy,
                     )
@@ -143,7 +143,9 @@ class KubeClusterReader:
             views[place] = (workload, view)
             return view
         try:
-            scale = self._client.request("GET", kind.object_path(namespace, ref.name, "scale"))
+            scale = self._client.request(
+                "GET", kind.object_path(namespace, ref.name, subresource="scale")
+            )
         except KubeApiError as error:
             if error.status in (403, 404):
                 log.info(

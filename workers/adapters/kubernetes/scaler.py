@@ -111,7 +111,7 @@ class ScaleSubresource:
         return f"{self.kind.kind}/{self.name}"
 
     def _path(self) -> str:
-        return self.kind.object_path(self.namespace, self.name, "scale")
+        return self.kind.object_path(self.namespace, self.name, subresource="scale")
 
     def read(self) -> tuple[int, JsonObject]:
         scale = self.client.request("GET", self._path())
@@ -291,7 +291,7 @@ class KubeReplicaScaler:
         """PUT ``/status`` unless it already says this; a conflict re-reads the job."""
         meta = resource.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
-        path = ELASTICJOBS.object_path(namespace, name, "status")
+        path = ELASTICJOBS.object_path(namespace, name, subresource="status")
         current = resource
         for attempt in range(self._conflict_retries + 1):
             generation = int((current.get("metadata") or {}).get("generation") or 0)
