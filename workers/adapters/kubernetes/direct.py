@@ -121,7 +121,7 @@ class DirectClusterReader:
         ref = scale_target_ref(resource)
         if not (ref.api_version and ref.kind and ref.name):
             return None
-        namespace, name = namespace_and_name(resource)
+        namespace, _ = namespace_and_name(resource)
         kind = self._resolver.resolve(ref.api_version, ref.kind)
         workloads: dict[tuple[ResourceKind, str, str], JsonObject] = {}
         if kind in WATCHED_TARGETS:
@@ -131,20 +131,8 @@ class DirectClusterReader:
             for workload in page.get("items") or []:
                 workloads[(kind, *namespace_and_name(workload))] = workload
         view = self._target_view(resource, workloads)
-        if view is None:
-            return None
-        try:
-            job = elastic_job(
-                resource,
-                view,
-                target_pods=[],
-                gpu_resource=self._gpu_resource,
-                default_policy=self._default_policy,
-            )
-        except ValueError as error:
-            log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
-            return None
-        return job.policy
+        job = self._elastic_job(resource, view) if view is not None else None
+        return job.policy if job is not None else None
 
     def elastic_jobs(self) -> Sequence[ElasticJob]:
         resources = sorted(self._list(ELASTICJOBS), key=namespace_and_name)
@@ -162,23 +150,26 @@ class DirectClusterReader:
         }
         found: list[ElasticJob] = []
         for resource in resources:
-            namespace, name = namespace_and_name(resource)
             view = self._target_view(resource, workloads)
-            if view is None:
-                continue
-            try:
-                found.append(
-                    elastic_job(
-                        resource,
-                        view,
-                        target_pods=[],
-                        gpu_resource=self._gpu_resource,
-                        default_policy=self._default_policy,
-                    )
-                )
-            except ValueError as error:
-                log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
+            job = self._elastic_job(resource, view) if view is not None else None
+            if job is not None:
+                found.append(job)
         return found
+
+    def _elastic_job(self, resource: JsonObject, view: ScaleTargetView) -> ElasticJob | None:
+        """The job ``resource`` describes; None (logged) when its spec does not make one."""
+        try:
+            return elastic_job(
+                resource,
+                view,
+                target_pods=[],
+                gpu_resource=self._gpu_resource,
+                default_policy=self._default_policy,
+            )
+        except ValueError as error:
+            namespace, name = namespace_and_name(resource)
+            log.warning("ElasticJob %s/%s skipped: %s", namespace, name, error)
+            return None
 
     def _target_view(
         self, resource: JsonObject, workloads: dict[tuple[ResourceKind, str, str], JsonObject]
