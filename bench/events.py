@@ -20,9 +20,12 @@ For each worker count:
   decision in ``schedule`` -> the scaler call in ``scale`` (the recording
   scaler timestamps each applied call), and its ratio to the ceiling;
 * latency: p50 / p99 from enqueue to scaler call at a fixed offered rate;
-* round trips: requests Redis read from all its clients during the run (its
-  own ``total_reads_processed``: one per command, pipeline or script call,
-  whoever sent it), less this benchmark's own polls, per report.
+* round trips: requests the runtime's Redis read from all its clients during
+  the run (its own ``total_reads_processed``: one per command, pipeline or
+  script call, whoever sent it), per report. The recording stand-ins for
+  Kubernetes (scaler and cluster reader) and this benchmark's polls of what
+  they applied use a second Redis (``Settings.recording_redis_url``): in
+  production those are Kubernetes requests, not Redis round trips.
 
 Targets (the ``api`` path; each worker count): >= 0.8 x the ceiling, p99 <=
 20 ms at 200 reports/s, <= 10 Redis round trips per report in both runs.
@@ -158,16 +161,13 @@ class CeleryPath:
         return 0, 0
 
 
-def _wait(predicate: Callable[[], bool], *, timeout: float, what: str) -> int:
-    """Poll ``predicate`` (one Redis command each) until true; returns the polls made."""
+def _wait(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Poll ``predicate`` until true."""
     deadline = time.monotonic() + timeout
-    polls = 1
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.01)
-        polls += 1
-    return polls
 
 
 def _reads(client: redis.Redis) -> int:
@@ -208,12 +208,11 @@ def _workers(count: int, env: dict[str, str], *, logs: Path) -> Iterator[None]:
                 process.wait(timeout=10)
 
 
-def _warm_up(app: Celery, client: redis.Redis, *, workers: int) -> None:
+def _warm_up(app: Celery, *, workers: int) -> None:
     """Every worker is consuming once a burst of no-ops finishes quickly."""
     results = [app.send_task("trainscaler.noop") for _ in range(workers * 20)]
     for result in results:
         result.get(timeout=60)
-    client.delete(APPLIED)
 
 
 def _ceiling(app: Celery, client: redis.Redis, *, messages: int) -> float:
@@ -252,26 +251,34 @@ class Run:
     asked: int
 
 
-def _throughput(path: ReportPath, client: redis.Redis, *, messages: int, tag: str) -> Run:
+@dataclass(frozen=True)
+class Redises:
+    """The runtime's Redis (its round trips are counted) and the stand-ins' own."""
+
+    runtime: redis.Redis
+    stand_ins: redis.Redis
+
+
+def _throughput(path: ReportPath, redises: Redises, *, messages: int, tag: str) -> Run:
     """Reports per second end to end, and Redis round trips per report."""
-    client.delete(APPLIED)
+    client, stand_ins = redises.runtime, redises.stand_ins
+    stand_ins.delete(APPLIED)
     before = _reads(client)
     start = time.time()
     for n in range(messages):
         path.send(f"bench/{tag}-{n}")
-    polls = _wait(lambda: client.llen(APPLIED) >= messages, timeout=300, what="reports applied")
+    _wait(lambda: stand_ins.llen(APPLIED) >= messages, timeout=300, what="reports applied")
     answered, asked = path.collect()
-    # Less this benchmark's own polls and the INFO that read the count.
-    trips = _reads(client) - before - polls - 1
-    last = max(float(str(e["at"])) for e in _applied(client))
+    # Less the INFO that read the count.
+    trips = _reads(client) - before - 1
+    last = max(float(str(e["at"])) for e in _applied(stand_ins))
     return Run(messages / (last - start), [], trips / messages, answered, asked)
 
 
-def _latency(
-    path: ReportPath, client: redis.Redis, *, rate: float, duration: float, tag: str
-) -> Run:
+def _latency(path: ReportPath, redises: Redises, *, rate: float, duration: float, tag: str) -> Run:
     """Latencies (ms) from enqueue to scaler call at a fixed rate, and round trips per report."""
-    client.delete(APPLIED)
+    client, stand_ins = redises.runtime, redises.stand_ins
+    stand_ins.delete(APPLIED)
     before = _reads(client)
     total = int(rate * duration)
     sent: dict[str, float] = {}
@@ -284,12 +291,12 @@ def _latency(
         job = f"bench/{tag}-{n}"
         sent[job] = time.time()
         path.send(job)
-    polls = _wait(lambda: client.llen(APPLIED) >= total, timeout=120, what="paced reports applied")
+    _wait(lambda: stand_ins.llen(APPLIED) >= total, timeout=120, what="paced reports applied")
     answered, asked = path.collect()
-    trips = _reads(client) - before - polls - 1
+    trips = _reads(client) - before - 1
     latencies = [
         (float(str(e["at"])) - sent[str(e["job"])]) * 1000.0
-        for e in _applied(client)
+        for e in _applied(stand_ins)
         if str(e["job"]) in sent
     ]
     return Run(rate, latencies, trips / total, answered, asked)
@@ -313,14 +320,18 @@ def run(
     with (
         tempfile.TemporaryDirectory(prefix="bench-events-") as tmp,
         EmbeddedRedis(data_dir=Path(tmp) / "redis") as server,
+        EmbeddedRedis(data_dir=Path(tmp) / "stand-ins") as stand_in_server,
     ):
         env = {
             "TRAINSCALER_REDIS_URL": server.url,
+            "TRAINSCALER_RECORDING_REDIS_URL": stand_in_server.url,
             "TRAINSCALER_SCALER": "recording",
             "TRAINSCALER_FAULT_INJECTION": "false",
             "TRAINSCALER_RESULT_EXPIRES": "600",
         }
-        settings = Settings(redis_url=server.url, scaler="recording")
+        settings = Settings(
+            redis_url=server.url, recording_redis_url=stand_in_server.url, scaler="recording"
+        )
         app = create_app(settings)
         rt = Runtime(settings)
         ways: dict[str, ReportPath] = {
@@ -328,17 +339,19 @@ def run(
             "celery": CeleryPath(app=app),
         }
         client = redis.Redis.from_url(server.url)
+        redises = Redises(runtime=client, stand_ins=redis.Redis.from_url(stand_in_server.url))
         try:
             for count in worker_counts:
                 client.flushall()
+                redises.stand_ins.flushall()
                 with _workers(count, env, logs=Path(tmp)):
-                    _warm_up(app, client, workers=count)
+                    _warm_up(app, workers=count)
                     ceiling = _ceiling(app, client, messages=messages)
                     for name in paths:
                         path = ways[name]
                         tag = f"{name}{count}"
-                        loaded = _throughput(path, client, messages=messages, tag=f"t{tag}")
-                        paced = _latency(path, client, rate=rate, duration=duration, tag=f"l{tag}")
+                        loaded = _throughput(path, redises, messages=messages, tag=f"t{tag}")
+                        paced = _latency(path, redises, rate=rate, duration=duration, tag=f"l{tag}")
                         figures.append(
                             Figures(
                                 path=name,
@@ -356,6 +369,7 @@ def run(
                         )
         finally:
             client.close()
+            redises.stand_ins.close()
             rt.redis.close()
             app.close()
     return figures

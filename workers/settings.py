@@ -174,6 +174,11 @@ class Settings(BaseSettings):
 
     # --- Which adapters to use ---
     scaler: Literal["kubernetes", "recording"] = "kubernetes"
+    # Where the recording stand-ins for Kubernetes (the scaler and the cluster
+    # reader of ``scaler=recording``) keep what they record; None: the runtime's
+    # own Redis. bench/events.py gives them a Redis of their own, so the round
+    # trips it counts on the runtime's Redis are the product's alone.
+    recording_redis_url: str | None = Field(default=None, repr=False)
     # Epoch reports kept per job for the job views (GET /jobs/{id}).
     metrics_history: int = Field(default=100, ge=1)
 

@@ -24,6 +24,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from prometheus_client import CollectorRegistry
+from redis import Redis
 
 from scheduler_core.ports import Clock, ClusterReader, JobLookup, ReplicaScaler
 from workers.adapters.job_retention import JobRetention
@@ -140,6 +141,12 @@ class Runtime:
         return build_redis(self.settings)
 
     @cached_property
+    def stand_in_redis(self) -> Redis:
+        """The Redis the recording stand-ins for Kubernetes keep their records in."""
+        url = self.settings.recording_redis_url
+        return Redis.from_url(url) if url else self.redis
+
+    @cached_property
     def queue(self) -> RedisSchedulerQueue:
         return RedisSchedulerQueue(
             self.redis,
@@ -201,7 +208,7 @@ class Runtime:
             default: ReplicaScaler = self.kube.replica_scaler()
         else:
             default = RecordingScaler(
-                self.redis,
+                self.stand_in_redis,
                 prefix=self.settings.redis_key_prefix,
                 clock=self.clock,
                 faults=self.faults,
@@ -215,7 +222,7 @@ class Runtime:
         if self.settings.scaler == "kubernetes":
             reader: ClusterReader = self.kube.direct_reader()
             return reader
-        return StaticClusterReader(self.redis, prefix=self.settings.redis_key_prefix)
+        return StaticClusterReader(self.stand_in_redis, prefix=self.settings.redis_key_prefix)
 
     @cached_property
     def job_lookup(self) -> JobLookup:
