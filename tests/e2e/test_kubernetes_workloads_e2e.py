@@ -40,48 +40,17 @@ from tests.e2e.kube_fixtures import (
     wait_for,
 )
 from tests.e2e.real_cluster import ALL_ROLES_ACCOUNT, SERVICE_ACCOUNT, AuditLog, permissions_used
+from tests.integration.trainjob_crd import (
+    TRAINJOB_CRD,
+    TRAINJOB_GROUP,
+    TRAINJOB_PLURAL,
+    TRAINJOB_VERSION,
+)
 from workers.adapters.kubernetes.rbac import REQUIRED_PERMISSIONS
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 SETTLE = 60.0
-TRAINJOB_GROUP, TRAINJOB_VERSION, TRAINJOB_PLURAL = "example.com", "v1", "trainjobs"
-TRAINJOB_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{TRAINJOB_PLURAL}.{TRAINJOB_GROUP}"},
-    "spec": {
-        "group": TRAINJOB_GROUP,
-        "scope": "Namespaced",
-        "names": {
-            "plural": TRAINJOB_PLURAL,
-            "singular": "trainjob",
-            "kind": "TrainJob",
-            "listKind": "TrainJobList",
-        },
-        "versions": [
-            {
-                "name": TRAINJOB_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {
-                    "status": {},
-                    "scale": {
-                        "specReplicasPath": ".spec.replicas",
-                        "statusReplicasPath": ".status.replicas",
-                        "labelSelectorPath": ".status.selector",
-                    },
-                },
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 # What an installation adds for a custom scale target (docs/kubernetes.md).
 TRAINJOB_SCALE_ROLE: dict[str, Any] = {
     "apiVersion": "rbac.authorization.k8s.io/v1",

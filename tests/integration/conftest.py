@@ -60,11 +60,15 @@ T = TypeVar("T")
 
 
 def wait_for(
-    predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "condition"
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float = 0.05,
+    what: str = "condition",
 ) -> T:
     """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
-    last: T = predicate()
+    last: T | None = predicate()
     while not last:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -23,6 +22,8 @@ from scheduler_core.ports import (
     ScaleRequest,
     TransientScaleError,
 )
+from tests.integration.conftest import wait_for
+from tests.integration.trainjob_crd import TRAINJOB_CRD, TRAINJOBS
 from trainscaler_sim.apiserver import LoopbackApiServer
 from workers.adapters.kubernetes import KubeAdapter, install_crd
 from workers.adapters.kubernetes.cache import Informer
@@ -41,44 +42,6 @@ NS = "ml"
 WAIT = 15.0
 # With this seed the injected 50% of 409s hits the first PUT of the Scale.
 SEED_FAILING_FIRST = 3
-
-TRAINJOB_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "trainjobs.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "trainjobs",
-            "singular": "trainjob",
-            "kind": "TrainJob",
-            "listKind": "TrainJobList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {
-                    "status": {},
-                    "scale": {
-                        "specReplicasPath": ".spec.replicas",
-                        "statusReplicasPath": ".status.replicas",
-                        "labelSelectorPath": ".status.selector",
-                    },
-                },
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-TRAINJOBS = ResourceKind("example.com", "v1", "trainjobs", "TrainJob")
 
 
 def scale(
@@ -100,17 +63,6 @@ def scale(
         observed=observed,
     )
     return scaler.scale(request).after
-
-
-def wait_for(probe: Callable[[], T | None], *, timeout: float = WAIT, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -282,20 +234,29 @@ def test_cache_lists_once_then_serves_reads_from_watches(
     cluster = reader.inquire()
     assert cluster.node_count == 2 and cluster.cpu_total_milli == 16000
     assert cluster.gpu_total == 8
-    job = wait_for(lambda: next(iter(reader.elastic_jobs()), None), what="alpha in the cache")
+    job = wait_for(
+        lambda: next(iter(reader.elastic_jobs()), None), what="alpha in the cache", timeout=WAIT
+    )
     assert (job.key, job.min_replicas, job.max_replicas) == ("ml/alpha", 1, 4)
     assert job.current_replicas == 2 and job.requests.cpu_milli == 1000
     # The simulated controllers create 2 pods; the scheduler binds them.
-    wait_for(lambda: reader.inquire().cpu_request_milli == 2000, what="pods in the cache")
+    wait_for(
+        lambda: reader.inquire().cpu_request_milli == 2000, what="pods in the cache", timeout=WAIT
+    )
     # Goodput predicts its grows from where the job's pods run: the bound pods per node.
     placed = wait_for(
         lambda: sum(reader.elastic_jobs()[0].placement.values()) == 2 or None,
         what="alpha's placement",
+        timeout=WAIT,
     )
     assert placed and set(reader.elastic_jobs()[0].placement) <= set(
         reader.inquire().nodes.nodes_gpu_free
     )
-    wait_for(lambda: all(s.watches for s in adapter.cache.stats().values()), what="watches open")
+    wait_for(
+        lambda: all(s.watches for s in adapter.cache.stats().values()),
+        what="watches open",
+        timeout=WAIT,
+    )
     # The planner's own account allows every request of building its cache.
     assert outside_rbac(server.request_counts(), PLANNER_PERMISSIONS) == set()
 
@@ -308,8 +269,8 @@ def test_cache_lists_once_then_serves_reads_from_watches(
     # New objects reach the cache through the watches, still without a LIST.
     create_workload(kube, "Deployment", "beta", replicas=1)
     create_elastic_job(kube, "beta", min_replicas=1, max_replicas=2)
-    wait_for(lambda: len(reader.elastic_jobs()) == 2, what="beta through the watch")
-    wait_for(lambda: reader.inquire().cpu_request_milli == 3000, what="beta's pod")
+    wait_for(lambda: len(reader.elastic_jobs()) == 2, what="beta through the watch", timeout=WAIT)
+    wait_for(lambda: reader.inquire().cpu_request_milli == 3000, what="beta's pod", timeout=WAIT)
     counts = server.request_counts()
     assert lists_in(counts) == {}
     assert all(stats.lists == 1 for stats in adapter.cache.stats().values())
@@ -328,10 +289,10 @@ def test_cache_relists_after_410_gone(server: Any, kube: KubeClient) -> None:
         create_workload(kube, "Deployment", "unrelated")
         server.compact()
         # The 1-second watch ends and resumes from a version now compacted away.
-        wait_for(lambda: informer.stats().gone >= 1, what="a 410 Gone")
-        wait_for(lambda: informer.stats().lists >= 2, what="the re-LIST")
+        wait_for(lambda: informer.stats().gone >= 1, what="a 410 Gone", timeout=WAIT)
+        wait_for(lambda: informer.stats().lists >= 2, what="the re-LIST", timeout=WAIT)
         create_elastic_job(kube, "second")
-        wait_for(lambda: len(informer.list()) == 2, what="second after the re-LIST")
+        wait_for(lambda: len(informer.list()) == 2, what="second after the re-LIST", timeout=WAIT)
         assert informer.stats().errors == 0
     finally:
         informer.stop()
@@ -345,10 +306,12 @@ def test_cache_reconnects_after_errors_with_backoff(server: Any, kube: KubeClien
     informer.start()
     try:
         assert informer.wait_synced(WAIT)
-        wait_for(lambda: informer.stats().errors >= 2, what="failing watches")
+        wait_for(lambda: informer.stats().errors >= 2, what="failing watches", timeout=WAIT)
         server.inject_faults(verb="watch", rate=0.0, codes=(500,), seed=0)
         create_elastic_job(kube, "second")
-        wait_for(lambda: len(informer.list()) == 2, what="second once watches work again")
+        wait_for(
+            lambda: len(informer.list()) == 2, what="second once watches work again", timeout=WAIT
+        )
         assert informer.stats().lists == 1, "a watch error resumes from its version, no LIST"
     finally:
         informer.stop()
@@ -443,7 +406,7 @@ def test_scaler_scales_a_custom_resource_through_its_scale_subresource(
     kube.request(
         "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=TRAINJOB_CRD
     )
-    wait_for(lambda: _served(kube, TRAINJOBS), what="the TrainJob CRD served")
+    wait_for(lambda: _served(kube, TRAINJOBS), what="the TrainJob CRD served", timeout=WAIT)
     kube.request(
         "POST",
         TRAINJOBS.collection_path(NS),
@@ -462,8 +425,16 @@ def test_scaler_scales_a_custom_resource_through_its_scale_subresource(
     assert get_elastic_job(kube, "pt")["status"]["currentReplicas"] == 5
     # The reader sees a CR target through a GET of /scale (not a LIST).
     reader = adapter.cluster_reader()
-    wait_for(lambda: "ml/pt" in {job.key for job in reader.elastic_jobs()}, what="pt cached")
-    wait_for(lambda: all(s.watches for s in adapter.cache.stats().values()), what="watches open")
+    wait_for(
+        lambda: "ml/pt" in {job.key for job in reader.elastic_jobs()},
+        what="pt cached",
+        timeout=WAIT,
+    )
+    wait_for(
+        lambda: all(s.watches for s in adapter.cache.stats().values()),
+        what="watches open",
+        timeout=WAIT,
+    )
     server.reset_request_counts()
     jobs = {job.key: job for job in reader.elastic_jobs()}
     assert jobs["ml/pt"].current_replicas == 5

@@ -6,28 +6,17 @@ server ends a pod's grace period at once.)"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
 
+from tests.integration.conftest import wait_for
 from trainscaler_sim.apiserver import LoopbackApiServer
 from trainscaler_sim.nodeagent import NodeAgent, NodeShape
 
 T = TypeVar("T")
-
-
-def wait_for(probe: Callable[[], T], *, what: str, timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -59,6 +48,7 @@ def test_nodes_register_ready_with_gpus_and_leases(agent_cluster):
     wait_for(
         lambda: leases.read_namespaced_lease("gpu-0", "kube-node-lease").spec.renew_time != first,
         what="the lease renewed",
+        timeout=10.0,
     )
 
 
@@ -79,6 +69,7 @@ def test_bound_pod_runs_and_others_are_left_alone(agent_cluster):
     pod = wait_for(
         lambda: (p := core.read_namespaced_pod("bound", "default")).status.phase == "Running" and p,
         what="the bound pod Running",
+        timeout=10.0,
     )
     ready = {c.type: c.status for c in pod.status.conditions}
     assert ready["Ready"] == ready["ContainersReady"] == "True"

@@ -295,7 +295,7 @@ def test_two_planners_one_leads_and_the_standby_takes_over_after_kill_9(
         transitions = _record(server).transitions
         # Killed in the middle of a round: it dies holding the round's lock.
         redis_client.set(f"{PREFIX}faults:pause:autoscale", "60")
-        marker = wait_for(
+        marker: Any = wait_for(
             lambda: redis_client.get(f"{PREFIX}faults:paused:autoscale") or b"",
             timeout=30,
             what="the leader paused inside a round",
