@@ -57,7 +57,7 @@ class PolicyResult(Generic[StateT]):
 
 
 class Policy(Protocol[ParamsT, StateT]):
-    """A scaling policy: ``decide(input, state, params) -> (plan, new state)``."""
+    """A scaling policy: ``decide(input, state, *, params) -> (plan, new state)``."""
 
     name: ClassVar[str]
     params_type: type[ParamsT]
