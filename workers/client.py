@@ -17,6 +17,7 @@ harmless.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from typing import Any
 import httpx
 from celery import Celery
 from celery.exceptions import TimeoutError as ResultTimeout
+from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from scheduler_core.models import EpochReport, TrainRequest, TrainTask, job_key
 from workers.settings import Settings
@@ -164,9 +167,11 @@ class CeleryClient:
         """
         task_id = sent or self.send_report(report)
         for attempt in range(attempts):
+            result = self.app.AsyncResult(task_id)
             try:
-                outcome = self.app.AsyncResult(task_id).get(timeout=timeout)
+                outcome = result.get(timeout=timeout)
             except (ResultTimeout, OperationalError, OSError):
+                _stop_waiting(result)
                 if attempt + 1 == attempts:
                     break
                 task_id = self.send_report(report)
@@ -306,3 +311,17 @@ class TrainscalerClient:
 
     def metrics_text(self) -> str:
         return self._call("GET", "/metrics").text
+
+
+def _stop_waiting(result: AsyncResult) -> None:
+    """Drop a result nobody will wait for any more.
+
+    A ``get`` that timed out leaves the result registered with the backend and
+    its result channel subscribed until an answer comes; a reporter that re-sends
+    would keep one per timeout, and each unsubscribes only when the app is freed
+    (a failed ``UNSUBSCRIBE`` inside ``__del__`` if Redis is away by then).
+    Unsubscribing may fail now too, if Redis is away: the channel then goes with
+    the connection.
+    """
+    with contextlib.suppress(RedisError, RuntimeError, OSError):
+        result.backend.remove_pending_result(result)

@@ -49,11 +49,6 @@ def _snapshot(queue: RedisSchedulerQueue) -> dict[str, object]:
     }
 
 
-# Celery's AsyncResult.__del__ unsubscribes from the task's result channel; when the
-# garbage collector runs it while Redis is down, the unsubscribe fails inside __del__
-# and Python ignores (and pytest reports) the error. The test's own results are read
-# afterwards through a fresh client, so nothing it checks depends on that unsubscribe.
-@pytest.mark.filterwarnings("ignore:Exception ignored in. <function AsyncResult.__del__")
 @pytest.mark.parametrize("kill", [True, False], ids=["sigkill", "sigterm"])
 def test_redis_restart_with_aof_loses_no_report(
     aof_server, procs, settings, redis_client, recorder, store, dead_letters, kill: bool
