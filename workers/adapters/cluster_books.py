@@ -16,6 +16,7 @@ import redis
 from scheduler_core.models import EpochReport, Resources
 from workers.adapters import state_scripts as scripts
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.redis_replies import opt_text, text
 from workers.adapters.state_records import AutoscaleRun, ClusterRound, PlanRecord, Reservation
 
 
@@ -165,11 +166,3 @@ class ClusterBooks:
     def runs(self, *, limit: int = 1000) -> list[AutoscaleRun]:
         raw = self.redis.lrange(self.key("autoscale:runs"), 0, limit - 1)
         return [AutoscaleRun.model_validate_json(r) for r in raw]
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def opt_text(value: Any) -> str | None:
-    return None if value is None else text(value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from workers.adapters.redis_replies import text
 from workers.adapters.state_store import StateStore
 
 FINISHED: Final = "jobs:finished"
@@ -68,7 +69,7 @@ class JobRetention:
         raw = self._store.redis.zrangebyscore(
             self.finished_key, "-inf", cutoff, start=0, num=self._batch
         )
-        jobs = [j.decode() if isinstance(j, bytes) else str(j) for j in raw]
+        jobs = [text(j) for j in raw]
         if not jobs:
             return 0
         keys = [self.finished_key, self._store.key("jobs")]

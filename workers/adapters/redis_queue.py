@@ -55,6 +55,7 @@ import redis
 
 from workers.adapters import queue_scripts
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.redis_replies import text
 from workers.adapters.script_pipeline import call_in, execute
 
 TRAIN: Final = "train"
@@ -241,7 +242,7 @@ class RedisSchedulerQueue:
             args=[_num(now), _num(lease_seconds), scan, count, *ordered],
         )
         *replies, popped = execute(self._redis, pipe)
-        raw = [_text(x) for x in popped]
+        raw = [text(x) for x in popped]
         deliveries = []
         index = 0
         while index < len(raw):
@@ -318,14 +319,14 @@ class RedisSchedulerQueue:
         return int(self._remove(keys=self.keys, args=[item_id]))
 
     def stats(self, *, now: float) -> dict[str, QueueStats]:
-        leases = [_text(m) for m in self._redis.zrange(self._p("queue:leases"), 0, -1)]
+        leases = [text(m) for m in self._redis.zrange(self._p("queue:leases"), 0, -1)]
         result = {}
         for q in QUEUES:
             head = self._redis.lindex(self._key(q), 0)
             oldest = None
             if head is not None:
-                since = self._redis.hget(f"{self._key(q)}:since", _text(head))
-                oldest = max(0.0, now - float(_text(since))) if since is not None else None
+                since = self._redis.hget(f"{self._key(q)}:since", text(head))
+                oldest = max(0.0, now - float(text(since))) if since is not None else None
             result[q] = QueueStats(
                 depth=int(self._redis.llen(self._key(q))),
                 in_flight=sum(1 for m in leases if m.startswith(f"{q}:")),
@@ -339,10 +340,10 @@ class RedisSchedulerQueue:
         _check_item(item_id)
         raw = self._redis.zrangebylex(f"{self._key(queue)}:pending", *_item_range(item_id))
         # Each member is item, NUL, 20 digits of seq, then the entry (see the key layout).
-        return [_entry(_text(member)[len(item_id) + 21 :]) for member in raw]
+        return [_entry(text(member)[len(item_id) + 21 :]) for member in raw]
 
     def items(self, queue: str) -> list[str]:
-        return [_text(x) for x in self._redis.lrange(self._key(queue), 0, -1)]
+        return [text(x) for x in self._redis.lrange(self._key(queue), 0, -1)]
 
     def _script_keys(self) -> list[str]:
         """Every key of the queue, in the order ``queue_keys`` in the scripts reads them."""
@@ -396,7 +397,3 @@ def _check_queue(queue: str) -> None:
 def _num(value: float) -> str:
     # repr of a float is valid JSON and exact; Lua's tonumber reads it back.
     return repr(float(value))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -29,6 +29,7 @@ import redis
 from scheduler_core.models import EpochReport
 from workers.adapters.queue_scripts import QUEUE_LUA
 from workers.adapters.redis_queue import TRAIN, RedisSchedulerQueue, wake_ttl_ms
+from workers.adapters.redis_replies import text
 from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_scripts import HISTORY_LUA
 from workers.adapters.state_store import StateStore
@@ -159,7 +160,7 @@ class ReportIntake:
         if waits:
             self._warn_if_unreplicated(job, int(results[-1]))
         merged, seq = self._queue.push_result(TRAIN, job, reply=reply)
-        epoch = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
+        epoch = text(reply[3])
         if epoch and report.epoch != int(epoch):
             report = report.model_copy(update={"epoch": int(epoch)})
         return PushedReport(report=report, seq=seq, merged=merged, woke=bool(int(reply[2])))

@@ -53,8 +53,9 @@ from scheduler_core.models import (
 )
 from scheduler_core.registry import policy_names
 from workers.adapters import state_scripts as scripts
-from workers.adapters.cluster_books import ClusterBooks, opt_text, text
+from workers.adapters.cluster_books import ClusterBooks
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
+from workers.adapters.redis_replies import opt_text, text
 from workers.adapters.script_pipeline import call_in, execute
 from workers.adapters.state_records import (
     AppliedTarget,
