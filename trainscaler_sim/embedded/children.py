@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainscaler_sim.embedded.ports import LOOPBACK
+from trainscaler_sim.embedded.ports import LOOPBACK, loopback_url
 from trainscaler_sim.embedded.supervisor import (
     Child,
     ChildSpec,
@@ -51,11 +51,11 @@ class ChildLayout:
 
     @property
     def api_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.api_port}"
+        return loopback_url(self.api_port)
 
     @property
     def flower_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.flower_port}"
+        return loopback_url(self.flower_port)
 
 
 def _python(*args: str) -> list[str]:

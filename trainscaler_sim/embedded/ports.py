@@ -12,6 +12,11 @@ import socket
 LOOPBACK = "127.0.0.1"
 
 
+def loopback_url(port: int) -> str:
+    """The HTTP address of a server of this run listening on loopback ``port``."""
+    return f"http://{LOOPBACK}:{port}"
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port the kernel just handed out (bind to port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

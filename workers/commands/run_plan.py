@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscaler_sim.embedded.children import ChildLayout
-from trainscaler_sim.embedded.ports import LOOPBACK, choose_port
+from trainscaler_sim.embedded.ports import LOOPBACK, choose_port, loopback_url
 from workers.adapters.redis_server import (
     generate_password,
     redis_server_binary,
@@ -53,11 +53,11 @@ class Plan:
 
     @property
     def api_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.api_port}"
+        return loopback_url(self.api_port)
 
     @property
     def flower_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.flower_port}"
+        return loopback_url(self.flower_port)
 
 
 def plan_run(
@@ -95,7 +95,7 @@ def plan_run(
         updates["kubeconfig"] = str(run_dir / "kubeconfig")
         updates["kube_in_cluster"] = False
     api = choose_port(api_port)
-    updates["api_url"] = f"http://{LOOPBACK}:{api}"
+    updates["api_url"] = loopback_url(api)
     settings = base.model_copy(update=updates)
     flower = choose_port(flower_port)
     notes = [
