@@ -3,7 +3,8 @@
 * JSON only, in and out (no pickle anywhere).
 * At-least-once: acks late, reject on worker lost, prefetch 1, and a broker
   visibility timeout longer than the longest task run, so a killed worker's
-  message is redelivered.
+  message is redelivered. ``schedule`` and ``scale`` are the exceptions
+  (``UNRECORDED_TASKS``): what they carry is kept in Redis and swept.
 * Three queues with routes, so a slow Kubernetes API never delays epoch
   reports: ``control`` (autoscale, lease sweep, finish), ``events``
   (submit, report_epoch, schedule) and ``cluster-writes`` (scale).
@@ -43,6 +44,13 @@ TASK_ROUTES = {
     "trainscaler.scale": {"queue": CLUSTER_WRITES},
 }
 
+#: Tasks whose messages kombu does not record for redelivery, because what they
+#: carry is kept in Redis already and ``sweep_leases`` sends them again:
+#: ``schedule`` only triggers a run over the SchedulerQueue, whose items are
+#: leased; ``scale`` applies decisions kept with their generations, and a
+#: decision no scale applied is resent (``workers.adapters.pending_scales``).
+UNRECORDED_TASKS = ("trainscaler.schedule", "trainscaler.scale")
+
 
 def create_app(settings: Settings) -> Celery:
     # The plain Redis URL, or the sentinels (workers.adapters.redis_sentinel).
@@ -59,6 +67,9 @@ def create_app(settings: Settings) -> Celery:
         "unacked_restore_interval": settings.broker_restore_interval,
         # Scan on every sweep, so the restore interval alone sets the cadence.
         "unacked_restore_throttle": 1,
+        # What they carry is kept in Redis already (workers/guarded_transport.py,
+        # SelectiveQoS).
+        "unrecorded_tasks": frozenset(UNRECORDED_TASKS),
     }
     ssl_options = redis_ssl_options(settings)
     app.conf.update(

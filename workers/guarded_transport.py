@@ -10,6 +10,15 @@ dead-lettered with its queue and raw bytes (``workers.message_guard``) and
 dropped (it was already off the list). Envelopes go on to Celery's consumer,
 where the message guard checks the message itself.
 
+It also owns which deliveries kombu records for redelivery
+(``SelectiveQoS``). Kombu's ack emulation costs two Redis round trips per
+message besides its delivery: the unacked record when it is delivered and its
+removal at the ack. A task named in the transport option ``unrecorded_tasks``
+skips both: its message only triggers work whose delivery Redis already
+guarantees elsewhere (``trainscaler.schedule``: the reports it decides are
+leased in the SchedulerQueue, and ``sweep_leases`` sends it again while
+anything waits), so redelivering the message itself would add nothing.
+
 Selected by ``broker_transport`` in ``workers/celery_app.py``; ``redis://``
 and ``rediss://`` URLs work as before.
 """
@@ -23,6 +32,7 @@ from queue import Empty
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 from workers.message_guard import dead_letter_raw
 
@@ -72,8 +82,74 @@ def parse_envelope(item: bytes | str) -> dict[str, Any]:
     return payload
 
 
+class SelectiveQoS(kombu_redis.QoS):
+    """Kombu's Redis ack emulation, except for the channel's ``unrecorded_tasks``.
+
+    Their deliveries are kept in this process only, as kombu's own QoS does
+    with ack emulation off: an ack costs no round trip, a reject with requeue
+    and a restore at shutdown put the message back on its queue, and a worker
+    that dies loses it (the work it triggers is leased elsewhere).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._unrecorded: set[str] = set()
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        if (message.headers or {}).get("task") in self.channel.unrecorded_tasks:
+            self._unrecorded.add(delivery_tag)
+            virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def ack(self, delivery_tag: str) -> None:
+        if delivery_tag in self._unrecorded:
+            self._unrecorded.discard(delivery_tag)
+            virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if delivery_tag in self._unrecorded:
+            if requeue:
+                self._put_back(self._delivered[delivery_tag], served_next=False)
+            self.ack(delivery_tag)
+            return
+        super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+
+    def restore_unacked(self, client: Any = None) -> None:
+        for tag in [tag for tag in self._delivered if tag in self._unrecorded]:
+            self._put_back(self._delivered.pop(tag), served_next=True)
+            self._unrecorded.discard(tag)
+        super().restore_unacked(client)  # type: ignore[no-untyped-call]
+
+    def _put_back(self, message: Any, *, served_next: bool) -> None:
+        # Where kombu puts a recorded message back: a rejected one behind the
+        # others (its ``leftmost``: kombu pushes left and pops right), one
+        # restored at shutdown where it was.
+        delivery = message.delivery_info
+        with self.channel.conn_or_acquire() as client, client.pipeline() as pipe:
+            self.channel._do_restore_message(
+                message._raw,
+                delivery["exchange"],
+                delivery["routing_key"],
+                pipe,
+                leftmost=not served_next,
+            )
+            pipe.execute()
+
+
 class GuardedChannel(kombu_redis.Channel):
-    """Kombu 5.7's ``Channel._brpop_read`` with the envelope checked before delivery."""
+    """Kombu 5.7's ``Channel._brpop_read`` with the envelope checked before delivery,
+    and ``SelectiveQoS`` for its deliveries."""
+
+    QoS = SelectiveQoS
+    #: Task names whose deliveries are not recorded for redelivery (``SelectiveQoS``).
+    unrecorded_tasks: frozenset[str] = frozenset()
+    from_transport_options = (  # type: ignore[assignment]
+        *kombu_redis.Channel.from_transport_options,
+        "unrecorded_tasks",
+    )
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
@@ -106,6 +182,12 @@ class GuardedRedisTransport(kombu_redis.Transport):
 
 class GuardedSentinelChannel(GuardedChannel, kombu_redis.SentinelChannel):
     """The guarded read, on a connection to the primary the sentinels name."""
+
+    # The sentinel options (master_name...) as well as ours.
+    from_transport_options = (  # type: ignore[assignment]
+        *kombu_redis.SentinelChannel.from_transport_options,
+        "unrecorded_tasks",
+    )
 
 
 class GuardedSentinelTransport(kombu_redis.SentinelTransport):

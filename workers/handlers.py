@@ -38,6 +38,7 @@ from workers.scaling import (
     apply_scales,
     autoscale_once,
     free_after,
+    lost_scales,
 )
 from workers.scheduling import ScheduleSummary, schedule_once
 from workers.wiring import Runtime
@@ -124,6 +125,7 @@ __all__ = [
     "autoscale_once",
     "finish_job",
     "free_after",
+    "lost_scales",
     "owner_id",
     "require_scope",
     "schedule_flag_ttl",

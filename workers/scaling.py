@@ -2,7 +2,8 @@
 
 ``apply_scale`` / ``apply_scales`` apply absolute targets through the
 replica-scaler port, idempotently and never older than the job's newest
-decision (generations); ``autoscale_once`` runs the cluster planner single-
+decision (generations); ``lost_scales`` finds the decisions whose scale was
+lost (``workers.adapters.pending_scales``); ``autoscale_once`` runs the cluster planner single-
 flight over the reports ``schedule`` handed to the cluster policy (consumed
 with the new policy state in one compare-and-set) and stores the plan with
 its reasons.
@@ -248,6 +249,47 @@ def _apply_locked(
         generation=command.generation, target=command.target, at=rt.clock.now(), outcome=outcome
     )
     return outcome, record
+
+
+def unapplied_command(rt: Runtime, job: str) -> ScaleCommand | None:
+    """The job's newest decision as a scale command, if no scale applied it yet
+    (recorded, but its scale maybe never sent, or lost with a worker)."""
+    generation = rt.store.generation(job)
+    applied = rt.store.applied(job)
+    if generation == 0 or (applied is not None and applied.generation >= generation):
+        return None
+    decisions = rt.store.decisions(job, limit=20)
+    newest = next((d for d in decisions if d.generation == generation), None)
+    if newest is None:
+        return None
+    record = rt.store.get_job(job) if newest.source == "schedule" else None
+    if newest.source == "autoscale":
+        policy = rt.settings.cluster_policy
+    else:
+        policy = record.policy if record is not None else rt.settings.job_policy
+    report = rt.store.last_report(job) if newest.source == "schedule" else None
+    return command_for(
+        newest, policy=policy, epoch_time_s=report.epoch_time_s if report is not None else None
+    )
+
+
+def lost_scales(rt: Runtime, *, now: float) -> list[ScaleCommand]:
+    """The scales to send again: every job whose newest decision has waited for one
+    longer than ``TRAINSCALER_SCALE_RESEND_AFTER`` (``workers.adapters.pending_scales``;
+    a ``scale`` message is not recorded for redelivery, so a worker killed with
+    one loses it). Each is marked under way from ``now``; a job with nothing left
+    to apply leaves the index."""
+    commands = []
+    due = rt.store.due_scales(before=now - rt.settings.scale_resend_after, limit=SCALE_BATCH)
+    for job in due:
+        generation = rt.store.generation(job)
+        command = unapplied_command(rt, job)
+        if command is None:
+            rt.store.settle_scale(job, generation=generation)
+            continue
+        rt.store.postpone_scale(job, until=now)
+        commands.append(command)
+    return commands
 
 
 # --- autoscale --------------------------------------------------------------------------

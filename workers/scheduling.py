@@ -37,7 +37,13 @@ from workers.adapters.state_store import (
     ScheduleWrite,
 )
 from workers.intake import REPLY_TTL_S, DecisionReply
-from workers.scaling import SCALE_BATCH, ScaleCommand, SendScales, command_for
+from workers.scaling import (
+    SCALE_BATCH,
+    ScaleCommand,
+    SendScales,
+    command_for,
+    unapplied_command,
+)
 from workers.schedule_inputs import first_reads, look_up, plan_policies, plan_requests
 from workers.wiring import Runtime
 
@@ -133,7 +139,7 @@ def schedule_once(
                     )
                 )
             elif outcome.kind == "nothing_new":
-                unsent = _unappliedcommand_for(rt, delivery.item_id)
+                unsent = unapplied_command(rt, delivery.item_id)
                 if unsent is not None:
                     commands.append(unsent)
             done.append(delivery)
@@ -483,25 +489,4 @@ def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
         max_replicas=request.max_replicas,
         policy=record.policy,
         default_parallelism=request.options.default_parallelism,
-    )
-
-
-def _unappliedcommand_for(rt: Runtime, job: str) -> ScaleCommand | None:
-    """A redelivered item whose decision was recorded but maybe never sent: send it again."""
-    generation = rt.store.generation(job)
-    applied = rt.store.applied(job)
-    if generation == 0 or (applied is not None and applied.generation >= generation):
-        return None
-    decisions = rt.store.decisions(job, limit=20)
-    newest = next((d for d in decisions if d.generation == generation), None)
-    if newest is None:
-        return None
-    record = rt.store.get_job(job) if newest.source == "schedule" else None
-    if newest.source == "autoscale":
-        policy = rt.settings.cluster_policy
-    else:
-        policy = record.policy if record is not None else rt.settings.job_policy
-    report = rt.store.last_report(job) if newest.source == "schedule" else None
-    return command_for(
-        newest, policy=policy, epoch_time_s=report.epoch_time_s if report is not None else None
     )

@@ -171,6 +171,9 @@ class Settings(BaseSettings):
     scale_max_retries: int = Field(default=8, ge=0)
     retry_backoff_base: float = Field(default=0.5, gt=0)
     retry_backoff_max: float = Field(default=30.0, gt=0)
+    # A decision no scale applied within this long is sent again by sweep_leases
+    # (a scale message is not recorded for redelivery: workers/adapters/pending_scales.py).
+    scale_resend_after: float = Field(default=120.0, gt=0)
 
     # --- Which adapters to use ---
     scaler: Literal["kubernetes", "recording"] = "kubernetes"

@@ -261,6 +261,8 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResult
     payload = command.model_dump(mode="json")
     if isinstance(error, PermanentScaleError):
         _reject(rt, "trainscaler.scale", payload=payload, error=f"permanent: {error}")
+        # Dead-lettered: the operator's to replay, not sweep_leases's to resend.
+        rt.store.settle_scale(command.job, generation=command.generation)
         return "dead-lettered", "permanent_error"
     if command.attempt >= rt.settings.scale_max_retries:
         _reject(
@@ -269,8 +271,11 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResult
             payload=payload,
             error=f"gave up after {command.attempt} retries: {error}",
         )
+        rt.store.settle_scale(command.job, generation=command.generation)
         return "dead-lettered", "gave_up"
     delay = _backoff(rt, command.attempt)
+    # Under way until the retry is due: sweep_leases resends it only if it is lost.
+    rt.store.postpone_scale(command.job, until=rt.clock.now() + delay)
     # A retry reads the job afresh: the planner's copy it carried may be what failed.
     retry = command.model_copy(update={"attempt": command.attempt + 1, "observed": None})
     # Only this command is retried, on its own, after the backoff (and re-reads first).
@@ -317,7 +322,10 @@ def sweep_leases() -> dict[str, Any]:
         # Unconditionally: a trigger claimed by a worker that died before sending
         # its schedule task would otherwise hold everything back for the flag's TTL.
         schedule.apply_async()
-    return result
+    lost = handlers.lost_scales(rt, now=rt.clock.now())
+    if lost:
+        _send_scales(lost)
+    return {**result, "resent_scales": len(lost)}
 
 
 @_task(name="trainscaler.noop")

@@ -52,6 +52,7 @@ BASE_ENV = {
     "TRAINSCALER_RETRY_BACKOFF_MAX": "0.5",
     "TRAINSCALER_AUTOSCALE_INTERVAL": "1",
     "TRAINSCALER_LEASE_SWEEP_INTERVAL": "1",
+    "TRAINSCALER_SCALE_RESEND_AFTER": "3",
     # The static cluster's jobs are EDL's (ElasticJob's own default); goodput's tests set it.
     "TRAINSCALER_CLUSTER_POLICY": "edl",
 }

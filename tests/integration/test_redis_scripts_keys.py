@@ -275,6 +275,7 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
     applied = AppliedTarget(generation=1, target=2, at=2.0, outcome="applied")
     store.finish_scales([(job, applied), (other, None)], token="t")
     assert store.generation_and_applied(job) == (1, applied)
+    store.settle_scale(job, generation=1)
     round_ = store.read_cluster_round("goodput", limit=10)
     assert store.commit_cluster_round(round_, "{}")
     client.hset(

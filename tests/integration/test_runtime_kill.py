@@ -57,6 +57,10 @@ def _send_all(client_app, reports: dict[str, list[EpochReport]]) -> None:
 
 def test_kill9_in_the_middle_of_schedule(procs, client_app, redis_client, recorder, store) -> None:
     workers = {w.pid: w for w in (procs.worker("w1"), procs.worker("w2"))}
+    # What recovers the killed run: its items' leases expire and beat's
+    # sweep_leases returns them and sends schedule (the schedule message itself
+    # is a trigger, not recorded for redelivery: UNRECORDED_TASKS).
+    procs.beat("beat")
     reports = _reports(jobs=4, per_job=4, seed=1)
     redis_client.set(f"{PREFIX}faults:pause:schedule", "60")
     first = {job: r[:1] for job, r in reports.items()}
@@ -88,6 +92,10 @@ def test_kill9_in_the_middle_of_scale(
     point, procs, client_app, redis_client, recorder, store
 ) -> None:
     workers = {w.pid: w for w in (procs.worker("w1"), procs.worker("w2"))}
+    # What recovers the killed scale: the decision waits in the pending-scale
+    # index, and beat's sweep_leases sends it again (the scale message is not
+    # recorded for redelivery: UNRECORDED_TASKS).
+    procs.beat("beat")
     job = "default/victim"
     redis_client.set(f"{PREFIX}faults:pause:{point}", "60")
     report = EpochReport(job=job, replicas=1, epoch=0)

@@ -133,6 +133,9 @@ def test_kill9_of_the_kubernetes_scaling_worker_leaves_exact_replicas_and_no_sta
         "TRAINSCALER_KUBE_BURST": "1000",
     }
     sent: dict[str, list[EpochReport]] = defaultdict(list)
+    # What recovers a killed scale: its decision waits in the pending-scale index
+    # and beat's sweep_leases sends it again (UNRECORDED_TASKS).
+    procs.beat("beat")
     worker = procs.worker("k0", extra_env=env)
     kills = 0
     try:

@@ -43,9 +43,11 @@ if ARGV[7] ~= '' then
 end
 redis.call('SADD', KEYS[6], ARGV[9])
 if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
+-- A new generation waits for its scale from now (workers.adapters.pending_scales).
+if ARGV[7] ~= '' then redis.call('ZADD', KEYS[8], ARGV[11], ARGV[9]) end
 -- Reports for the cluster policy: into its inbox in the same step as the cursor
 -- that says they were taken, so each is handed over exactly once.
-for i = 11, #ARGV do redis.call('RPUSH', KEYS[7], ARGV[i]) end
+for i = 12, #ARGV do redis.call('RPUSH', KEYS[7], ARGV[i]) end
 return 1
 """
 
@@ -84,12 +86,24 @@ return out
 
 # Only while the lock is still ours: after a TTL expiry another worker may be
 # applying a newer generation, and an older record must not overwrite it.
+# KEYS: the pending-scale index, then per job its lock, applied target and
+# generation counter; ARGV: the token, then per job what was applied ('' for
+# nothing) and the job. A job whose newest generation is applied (now or
+# before: a resend that found it done) leaves the index.
 FINISH_SCALES = r"""
-for i = 1, #KEYS, 2 do
+for i = 2, #KEYS, 3 do
+  local n = (i - 2) / 3
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    local applied = ARGV[(i + 1) / 2 + 1]
+    local applied = ARGV[2 + 2 * n]
     if applied ~= '' then redis.call('SET', KEYS[i + 1], applied) end
     redis.call('DEL', KEYS[i])
+    local current = redis.call('GET', KEYS[i + 1])
+    if current then
+      local newest = tonumber(redis.call('GET', KEYS[i + 2]) or '0')
+      if cjson.decode(current)['generation'] >= newest then
+        redis.call('ZREM', KEYS[1], ARGV[3 + 2 * n])
+      end
+    end
   end
 end
 return 1

@@ -17,6 +17,8 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
   seq, newest decided target), written in the same compare-and-set as the state.
 * ``P job:<job>:generation`` STRING int: generation of the newest decision.
 * ``P job:<job>:applied`` STRING ``AppliedTarget`` JSON: newest applied decision.
+* ``P scales:pending`` ZSET job -> since when its newest decision waits for a
+  scale (``workers.adapters.pending_scales``).
 * ``P job:<job>:decisions`` LIST ``DecisionRecord`` JSON, newest first, bounded.
 * ``P job:<job>:metrics`` LIST ``EpochReport`` JSON, newest first, bounded: every
   accepted epoch report, whichever entry point sent it.
@@ -53,7 +55,7 @@ from scheduler_core.models import (
 )
 from scheduler_core.registry import policy_names
 from workers.adapters import state_scripts as scripts
-from workers.adapters.cluster_books import ClusterBooks
+from workers.adapters.pending_scales import PendingScales
 from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX
 from workers.adapters.redis_replies import opt_text, text
 from workers.adapters.script_pipeline import call_in, execute
@@ -102,9 +104,9 @@ class BegunScale(NamedTuple):
     record: JobRecord | None
 
 
-class StateStore(ClusterBooks):
+class StateStore(PendingScales):
     """Typed reads and writes of the runtime's state in one Redis database
-    (the cluster-wide books: ``ClusterBooks``)."""
+    (the cluster-wide books: ``ClusterBooks``; the pending-scale index: ``PendingScales``)."""
 
     def __init__(
         self,
@@ -238,6 +240,7 @@ class StateStore(ClusterBooks):
                     self.job_key(job, "last_report"),
                     self.key("jobs"),
                     self.inbox_key(snapshot.policy),
+                    self.pending_key,
                 ],
                 args=[
                     snapshot.state or "",
@@ -250,6 +253,7 @@ class StateStore(ClusterBooks):
                     self.history,
                     job,
                     "" if report is None else report.model_dump_json(),
+                    "" if record is None else record.at,
                     *(r.model_dump_json() for r in write.for_cluster),
                 ],
             )
@@ -302,6 +306,7 @@ class StateStore(ClusterBooks):
         key = self.job_key(job, "decisions")
         pipe.lpush(key, record.model_dump_json())
         pipe.ltrim(key, 0, self.history - 1)
+        self.mark_pending(pipe, job, at=record.at)
 
     def generation(self, job: str) -> int:
         return int(self.redis.get(self.job_key(job, "generation")) or 0)
@@ -357,15 +362,22 @@ class StateStore(ClusterBooks):
         """Record what was applied and release the locks still held by ``token``, at once."""
         if not finished:
             return
-        keys = []
+        keys = [self.pending_key]
         args = [token]
         for job, applied in finished:
-            keys += [self.key(f"lock:scale:{job}"), self.job_key(job, "applied")]
-            args.append(applied.model_dump_json() if applied is not None else "")
+            keys += [
+                self.key(f"lock:scale:{job}"),
+                self.job_key(job, "applied"),
+                self.job_key(job, "generation"),
+            ]
+            args += [applied.model_dump_json() if applied is not None else "", job]
         self._finish_scales(keys=keys, args=args)
 
     def set_applied(self, job: str, applied: AppliedTarget) -> None:
+        """Record what was applied; the job leaves the pending-scale index if it
+        was the newest generation."""
         self.redis.set(self.job_key(job, "applied"), applied.model_dump_json())
+        self.settle_scale(job, generation=applied.generation)
 
     # --- metrics -----------------------------------------------------------------
 
