@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from queue import Empty
 from typing import Any
 
@@ -35,6 +36,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from workers.message_guard import dead_letter_raw
+
+_log = logging.getLogger(__name__)
 
 _TEXT_OR_NONE = ("content-type", "content-encoding")
 
@@ -119,8 +122,13 @@ class SelectiveQoS(kombu_redis.QoS):
 
     def restore_unacked(self, client: Any = None) -> None:
         for tag in [tag for tag in self._delivered if tag in self._unrecorded]:
-            self._put_back(self._delivered.pop(tag), served_next=True)
             self._unrecorded.discard(tag)
+            try:
+                self._put_back(self._delivered.pop(tag), served_next=True)
+            except self.channel.connection_errors:
+                # Redis gone at shutdown: sweep_leases redoes what it carried, and
+                # the recorded messages below must still be restored.
+                _log.warning("could not put back unrecorded delivery %s", tag, exc_info=True)
         super().restore_unacked(client)  # type: ignore[no-untyped-call]
 
     def _put_back(self, message: Any, *, served_next: bool) -> None:

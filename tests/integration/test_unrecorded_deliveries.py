@@ -16,6 +16,7 @@ from celery import Celery
 from kombu import Connection, Exchange, Queue  # type: ignore[attr-defined]
 
 from workers.celery_app import EVENTS
+from workers.guarded_transport import SelectiveQoS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,3 +92,22 @@ def test_a_schedule_held_at_shutdown_is_put_back(
         again = _events(connection).get(no_ack=False)
         assert again is not None and again.headers["task"] == "trainscaler.schedule"
         again.ack()
+
+
+def test_a_put_back_that_fails_at_shutdown_still_restores_the_recorded_messages(
+    client_app: Celery, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(self: SelectiveQoS, message: object, *, served_next: bool) -> None:
+        raise redis.ConnectionError("gone")  # as Redis going away mid-shutdown
+
+    monkeypatch.setattr(SelectiveQoS, "_put_back", unreachable)
+    client_app.send_task("trainscaler.schedule")
+    client_app.send_task("trainscaler.report_epoch", args=[{"job": "default/a"}])
+    with client_app.connection_for_read() as connection:
+        events = _events(connection)
+        assert events.get(no_ack=False) is not None
+        assert events.get(no_ack=False) is not None
+        connection.default_channel.close()
+    # The trigger is lost (sweep_leases sends another); the report is back.
+    [restored] = redis_client.lrange(EVENTS, 0, -1)
+    assert b"trainscaler.report_epoch" in restored
