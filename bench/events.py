@@ -101,7 +101,7 @@ class Figures:
             missed.append(f"p99 {self.p99_ms:.1f} ms > {MAX_P99_MS:.0f} ms")
         worst = max(self.trips_throughput, self.trips_paced)
         if worst > MAX_ROUND_TRIPS:
-            missed.append(f"{worst:.1f} round trips per report > {MAX_ROUND_TRIPS:.0f}")
+            missed.append(f"{worst:.2f} round trips per report > {MAX_ROUND_TRIPS:.0f}")
         if self.answered != self.asked:
             missed.append(f"{self.asked - self.answered} decisions never answered")
         return missed
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{f.path:>6} {f.workers:>7} {f.ceiling_per_s:>9.0f} {f.reports_per_s:>10.0f} "
             f"{f.ratio:>6.2f} {f.rate:>7.0f} {f.p50_ms:>7.1f} {f.p99_ms:>7.1f} "
-            f"{f.trips_throughput:>12.1f} {f.trips_paced:>6.1f} {answered:>9}"
+            f"{f.trips_throughput:>12.2f} {f.trips_paced:>6.2f} {answered:>9}"
         )
     missed = [f"{f.path} x{f.workers}: {m}" for f in results for m in f.misses()]
     print(

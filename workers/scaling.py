@@ -39,6 +39,7 @@ from scheduler_core.registry import decide, get_policy, load_state
 from workers.adapters.state_store import (
     AppliedTarget,
     AutoscaleRun,
+    BegunScale,
     DecisionRecord,
     JobRecord,
     PlanRecord,
@@ -68,6 +69,16 @@ class ScaleCommand(BaseModel):
     # the one ``schedule`` read to learn the job's policy), so the scale worker,
     # which holds no cache, need not read it again (ScaleRequest.observed).
     observed: dict[str, Any] | None = None
+    # The job's scale lock, taken for this command (its token) by the schedule
+    # compare-and-set that recorded the decision, at ``locked_at``; with the job's
+    # record as that step read it (its scaler's route). Within half the lock's
+    # TTL the scale applies under it without a round trip of its own: the
+    # decision was the newest when the lock was taken, and every newer one
+    # waits for it. Later, the scale takes the lock as any other (the token
+    # still counts as its own).
+    lock: str | None = None
+    locked_at: float | None = None
+    record: JobRecord | None = None
 
     def request(self) -> ScaleRequest:
         """The replica scaler's request: the target with the decision's reason."""
@@ -169,31 +180,45 @@ def apply_scale(rt: Runtime, command: ScaleCommand) -> str:
 
 
 def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]:
-    """``apply_scale`` for a batch: the locks and bookkeeping of all in two round trips.
+    """``apply_scale`` for a batch: the locks and bookkeeping of all in two round trips,
+    one when every command comes with its lock (``ScaleCommand.lock``).
 
     A command whose job lock is held elsewhere (or by an earlier command of the
     same batch) waits for it on its own once the batch's locks are released.
     Scaler errors come back per command, never raised.
     """
     results: dict[int, ScaleResult] = {}
+    ttl = rt.settings.scale_lock_ttl
+    now = rt.clock.now()
     token = uuid.uuid4().hex
-    jobs = [c.job for c in commands]
+    tokens = [c.lock or token for c in commands]
+    held = [_holds_lock(c, now=now, ttl=ttl) for c in commands]
+    taking = [i for i, ok in enumerate(held) if not ok]
     # The locks' round trip also reads the records the routes come from.
-    begun = rt.store.begin_scales(jobs, token=token, ttl=rt.settings.scale_lock_ttl)
+    taken = rt.store.begin_scales([(commands[i].job, tokens[i]) for i in taking], ttl=ttl)
+    begun = dict(zip(taking, taken, strict=True))
+    for i, command in enumerate(commands):
+        if held[i]:
+            # Its decision was the newest when the lock was taken for it.
+            begun[i] = BegunScale(
+                locked=True, newest=command.generation, applied=None, record=command.record
+            )
+    jobs = [c.job for c in commands]
     try:
         scalers = _scalers(
-            rt, jobs, records={j: b.record for j, b in zip(jobs, begun, strict=True)}
+            rt, jobs, records={c.job: begun[i].record for i, c in enumerate(commands)}
         )
     except Exception:
         # Nothing applied: the locks just taken go back at once.
         rt.store.finish_scales(
-            [(j, None) for j, b in zip(jobs, begun, strict=True) if b.locked], token=token
+            [(c.job, tokens[i], None) for i, c in enumerate(commands) if begun[i].locked]
         )
         raise
-    finished: list[tuple[str, AppliedTarget | None]] = []
+    finished: list[tuple[str, str, AppliedTarget | None]] = []
     deferred: list[int] = []
     try:
-        for index, (command, begin) in enumerate(zip(commands, begun, strict=True)):
+        for index, command in enumerate(commands):
+            begin = begun[index]
             if not begin.locked:
                 deferred.append(index)
                 continue
@@ -209,15 +234,25 @@ def apply_scales(rt: Runtime, commands: list[ScaleCommand]) -> list[ScaleResult]
                 results[index] = ScaleResult(command, outcome=outcome)
             except SCALE_ERRORS as error:
                 results[index] = ScaleResult(command, error=error)
-            finished.append((command.job, record))
+            finished.append((command.job, tokens[index], record))
     finally:
-        rt.store.finish_scales(finished, token=token)
+        rt.store.finish_scales(finished)
     for index in deferred:
         try:
             results[index] = ScaleResult(commands[index], outcome=apply_scale(rt, commands[index]))
         except SCALE_ERRORS as error:
             results[index] = ScaleResult(commands[index], error=error)
     return [results[i] for i in range(len(commands))]
+
+
+def _holds_lock(command: ScaleCommand, *, now: float, ttl: float) -> bool:
+    """Whether ``command`` may apply under the lock taken for it, without taking it:
+    within half the lock's TTL, so the apply ends well before it could expire."""
+    return (
+        command.lock is not None
+        and command.locked_at is not None
+        and now - command.locked_at < ttl / 2
+    )
 
 
 def _apply_locked(

@@ -21,6 +21,7 @@ would fight it.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources, Sc
 from scheduler_core.policies.base import PolicyInput
 from scheduler_core.registry import decide, load_state
 from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
+from workers.adapters.script_pipeline import execute
 from workers.adapters.state_store import (
     DecisionRecord,
     JobRecord,
@@ -83,11 +85,13 @@ def schedule_once(
     """Pop items (train queue first), run each job's policy, send scales, ack.
 
     Items are popped and decided a chunk at a time (one read and one write
-    round trip per chunk). Scale commands go out in one ``scale`` task per
-    chunk, and the chunk's deliveries are acked only after it was sent: a
-    worker dying in between leaves them to expire and be redone. The ack's
-    round trip also answers every sender waiting on a reply key
-    (``workers.intake.DecisionReply``). The first pop's round trip also reads
+    round trip per chunk). The write round trip also acks each delivery whose
+    compare-and-set went through and answers every sender waiting on it on a
+    reply key (``workers.intake.DecisionReply``); a delivery whose job another
+    writer touched meanwhile is decided again on its own and acked after.
+    Scale commands then go out in one ``scale`` task per chunk: a worker dying
+    before that leaves the decisions in the pending-scale index, and
+    ``sweep_leases`` sends them (``workers.adapters.pending_scales``). The first pop's round trip also reads
     the newest plan and first clears the flag ``clear_flag`` (the schedule
     trigger: a push from then on triggers another run, so nothing waits unseen).
     """
@@ -112,11 +116,12 @@ def schedule_once(
         deliveries += len(chunk)
         rt.faults.pause("schedule", ",".join(d.item_id for d in chunk))
         commands: list[ScaleCommand] = []
-        done: list[Delivery] = []
+        late: list[Delivery] = []
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
-        for delivery, outcome in zip(
-            chunk, _schedule_chunk(rt, chunk, requests=requests, planned=planned), strict=True
+        settled = _schedule_chunk(rt, chunk, requests=requests, planned=planned)
+        for delivery, outcome, acked, lock in zip(
+            chunk, settled.outcomes, settled.acked, settled.locks, strict=True
         ):
             if outcome.kind == "no_room":
                 # KubeML: a submission waits for capacity; the rest of the wait queue waits too.
@@ -128,29 +133,35 @@ def schedule_once(
                 decisions += 1
                 if outcome.record is not None:
                     decided.append((outcome.policy, outcome.record.decision.direction))
-            if outcome.changed and outcome.record is not None:
+            if _scales(outcome) and outcome.record is not None:
                 epoch_time = outcome.newest_report.epoch_time_s if outcome.newest_report else None
-                commands.append(
-                    command_for(
-                        outcome.record,
-                        policy=outcome.policy,
-                        epoch_time_s=epoch_time,
-                        observed=outcome.observed,
-                    )
+                command = command_for(
+                    outcome.record,
+                    policy=outcome.policy,
+                    epoch_time_s=epoch_time,
+                    observed=outcome.observed,
                 )
+                if lock is not None:
+                    command = command.model_copy(
+                        update={"lock": lock.token, "locked_at": lock.at, "record": lock.record}
+                    )
+                commands.append(command)
             elif outcome.kind == "nothing_new":
                 unsent = unapplied_command(rt, delivery.item_id)
                 if unsent is not None:
                     commands.append(unsent)
-            done.append(delivery)
-            answers.update(_answers(delivery, outcome))
+            if not acked:
+                late.append(delivery)
+                answers.update(_answers(delivery, outcome))
         rt.metrics.record_decisions(decided)
         if commands:
             send_scales(commands)
             scales += len(commands)
-        requeued = False
-        if done:
-            _, requeued = rt.queue.ack_and_look(done, answers=answers, answer_ttl=REPLY_TTL_S)
+        requeued = settled.requeued
+        if late:
+            # Decided again on their own after a conflict: acked now, with their answers.
+            _, more = rt.queue.ack_and_look(late, answers=answers, answer_ttl=REPLY_TTL_S)
+            requeued = requeued or more
         if len(chunk) < asked and not requeued:
             # Nothing else was poppable. A report pushed since this run began claimed
             # the trigger (cleared before the first pop): it has a run of its own, and
@@ -197,7 +208,7 @@ class _Context:
 
 def _schedule_chunk(
     rt: Runtime, chunk: list[Delivery], *, requests: dict[str, Resources], planned: dict[str, str]
-) -> list[_Outcome]:
+) -> _Settled:
     # The job and cluster policies' states are read with the records, before it is
     # known which drives each job: one round trip, not two (another policy, named by
     # an older record, is read on its own below).
@@ -221,29 +232,90 @@ def _schedule_chunk(
     active = [c for c in contexts if not c.skip]
     unread = [(c.job, c.policy) for c in active if (c.job, c.policy) not in prefetched]
     prefetched.update({(snap.job, snap.policy): snap for snap in rt.store.read_schedule(unread)})
-    snapshots = [prefetched[(c.job, c.policy)] for c in active]
+    snapshot_of = {id(c): prefetched[(c.job, c.policy)] for c in active}
     computed = {
         id(c): _compute(rt, c, state_raw=snap.state, cursor=snap.cursor, generation=snap.generation)
-        for c, snap in zip(active, snapshots, strict=True)
+        for c in active
+        for snap in (snapshot_of[id(c)],)
     }
-    written = rt.store.write_schedule(
-        [(snap, _commit(computed[id(c)])) for c, snap in zip(active, snapshots, strict=True)]
-    )
+    # One round trip: every write, and the ack (with its answers) of every delivery
+    # whose outcome stands once its write went through (acked only if it did).
+    # A new target's write also takes the job's scale lock for its scale (ScaleCommand.lock).
+    lock, locked_at = uuid.uuid4().hex, rt.clock.now()
+    lock_ttl_ms = max(1, int(rt.settings.scale_lock_ttl * 1000))
+    pipe = rt.store.redis.pipeline(transaction=False)
+    writes: dict[int, ScheduleWrite] = {}
+    acking: list[int] = []
+    for index, context in enumerate(contexts):
+        outcome = _Outcome(kind="nothing_new") if context.skip else computed[id(context)]
+        if outcome.kind == "no_room":
+            continue  # nacked by the caller
+        write = None if context.skip else _commit(outcome, lock=lock, lock_ttl_ms=lock_ttl_ms)
+        cursor = None
+        if write is not None:
+            writes[index] = write
+            rt.store.queue_schedule_write(pipe, snapshot_of[id(context)], write)
+            cursor = (rt.store.cursor_key(context.job), write.cursor.model_dump_json())
+        answer = _answers(context.delivery, outcome)
+        rt.queue.queue_ack_if(
+            pipe,
+            context.delivery,
+            answer=next(iter(answer.values()), None),
+            answer_ttl=REPLY_TTL_S,
+            cursor=cursor,
+        )
+        acking.append(index)
+    replies = iter(execute(rt.store.redis, pipe) if pipe.command_stack else [])
+    written: dict[int, bool] = {}
+    handed: dict[int, ScaleLock] = {}
+    acked = [False] * len(contexts)
+    requeued = False
+    for index in acking:
+        if index in writes:
+            reply = int(next(replies))
+            written[index] = bool(reply)
+            if reply == 2:  # the scale lock is taken for this job's scale
+                handed[index] = ScaleLock(lock, locked_at, records.get(contexts[index].job))
+        acked[index] = True  # tried: a lost lease is not acked again
+        next(replies)  # acked: 0 for a lease lost meanwhile (redone elsewhere) or a conflict
+        requeued = requeued or int(next(replies)) > 0
     outcomes = []
-    conflicted = {id(c) for c, ok in zip(active, written, strict=True) if not ok}
-    for context in contexts:
+    for index, context in enumerate(contexts):
         if context.skip:
             outcomes.append(_Outcome(kind="nothing_new"))
             continue
         outcome = computed[id(context)]
-        if id(context) in conflicted:
-            # Another writer touched this job meanwhile: undo and decide it on its own.
+        if not written.get(index, True):
+            # Another writer touched this job meanwhile (its ack did not go either):
+            # undo and decide it on its own.
             _undo(rt, outcome, kind=outcome.kind)
             outcome = _schedule_single(rt, context)
+            acked[index] = False
         elif outcome.released:
             rt.store.release(context.per_replica, outcome.released)
         outcomes.append(outcome)
-    return outcomes
+    return _Settled(outcomes, acked, requeued, [handed.get(i) for i in range(len(contexts))])
+
+
+@dataclass(frozen=True)
+class ScaleLock:
+    """A job's scale lock taken for its scale by the write (``ScaleCommand.lock``)."""
+
+    token: str
+    at: float
+    record: JobRecord | None
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """A chunk's outcomes, which deliveries the write round trip acked (or tried
+    to: a lease lost meanwhile is not acked again), whether any acked job has a
+    newer item queued, and the scale locks the writes took."""
+
+    outcomes: list[_Outcome]
+    acked: list[bool]
+    requeued: bool
+    locks: list[ScaleLock | None]
 
 
 def _context(
@@ -298,7 +370,9 @@ def _schedule_single(rt: Runtime, context: _Context) -> _Outcome:
     return outcome
 
 
-def _commit(outcome: _Outcome) -> ScheduleWrite | None:
+def _commit(outcome: _Outcome, *, lock: str = "", lock_ttl_ms: int = 0) -> ScheduleWrite | None:
+    """What to write for ``outcome``; a decision that changes the target also takes
+    the job's scale lock for its scale with the token ``lock`` ('': it does not)."""
     if outcome.cursor is None:
         return None
     return ScheduleWrite(
@@ -307,7 +381,16 @@ def _commit(outcome: _Outcome) -> ScheduleWrite | None:
         record=outcome.record,
         newest_report=outcome.newest_report,
         for_cluster=outcome.for_cluster,
+        scales=_scales(outcome),
+        scale_lock=lock if _scales(outcome) else "",
+        scale_lock_ttl_ms=lock_ttl_ms,
     )
+
+
+def _scales(outcome: _Outcome) -> bool:
+    """Whether ``outcome`` sends a scale command (a new target, or a parameter
+    server's answer)."""
+    return outcome.changed and outcome.record is not None
 
 
 def _compute(

@@ -277,7 +277,16 @@ def _failed(rt: Runtime, result: handlers.ScaleResult) -> tuple[str, ScaleResult
     # Under way until the retry is due: sweep_leases resends it only if it is lost.
     rt.store.postpone_scale(command.job, until=rt.clock.now() + delay)
     # A retry reads the job afresh: the planner's copy it carried may be what failed.
-    retry = command.model_copy(update={"attempt": command.attempt + 1, "observed": None})
+    # ... and takes the lock itself: the one taken for the command went with the attempt.
+    retry = command.model_copy(
+        update={
+            "attempt": command.attempt + 1,
+            "observed": None,
+            "lock": None,
+            "locked_at": None,
+            "record": None,
+        }
+    )
     # Only this command is retried, on its own, after the backoff (and re-reads first).
     _send_scales([retry], countdown=delay)
     return f"retrying in {delay:.2f}s: {error}", "transient_error"

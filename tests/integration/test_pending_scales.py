@@ -36,16 +36,18 @@ def _decide(store: StateStore, *, target: int, at: float) -> int:
         source="schedule",
         decision=ScalingDecision(job=JOB, current=1, target=target, reason=REASON),
     )
-    write = ScheduleWrite(state="{}", cursor=ScheduleCursor(last_target=target), record=record)
+    write = ScheduleWrite(
+        state="{}", cursor=ScheduleCursor(last_target=target), record=record, scales=True
+    )
     assert store.write_schedule([(snapshot, write)]) == [True]
     return generation
 
 
 def _apply(store: StateStore, generation: int, *, target: int) -> None:
-    [begun] = store.begin_scales([JOB], token="t", ttl=5.0)
+    [begun] = store.begin_scales([(JOB, "t")], ttl=5.0)
     assert begun.locked
     applied = AppliedTarget(generation=generation, target=target, at=0.0, outcome="applied")
-    store.finish_scales([(JOB, applied)], token="t")
+    store.finish_scales([(JOB, "t", applied)])
 
 
 def test_a_decision_waits_until_its_generation_is_applied(
@@ -60,7 +62,7 @@ def test_a_decision_waits_until_its_generation_is_applied(
     assert store.pending_scales() == {JOB: 11.0}
     _apply(store, second, target=3)
     assert store.pending_scales() == {}
-    # A write that records no decision (a keep) adds nothing.
+    # A write that sends no scale (a keep) adds nothing.
     snapshot = store.read_schedule([(JOB, "throughput")])[0]
     keep = ScheduleWrite(state="{}", cursor=ScheduleCursor(last_target=3))
     assert store.write_schedule([(snapshot, keep)]) == [True]
@@ -73,8 +75,8 @@ def test_a_resend_that_finds_the_generation_applied_settles_it(store: StateStore
     store.mark_pending(pipe := store.redis.pipeline(), JOB, at=12.0)
     pipe.execute()
     # Nothing applied this time ("already applied"), and the job still leaves.
-    [begun] = store.begin_scales([JOB], token="u", ttl=5.0)
-    store.finish_scales([(JOB, None)], token="u")
+    [begun] = store.begin_scales([(JOB, "u")], ttl=5.0)
+    store.finish_scales([(JOB, "u", None)])
     assert begun.locked and store.pending_scales() == {}
 
 
@@ -123,3 +125,41 @@ def test_lost_scales_resends_the_newest_decision_once_it_waited_too_long(
     pipe.execute()
     assert lost_scales(runtime, now=300.0) == []
     assert store.pending_scales() == {}
+
+
+def test_a_new_target_takes_the_free_scale_lock_for_its_scale(
+    store: StateStore, redis_client: redis.Redis
+) -> None:
+    def write(target: int, *, lock: str) -> int:
+        snapshot = store.read_schedule([(JOB, "throughput")])[0]
+        record = DecisionRecord(
+            generation=snapshot.generation + 1,
+            at=1.0,
+            source="schedule",
+            decision=ScalingDecision(job=JOB, current=1, target=target, reason=REASON),
+        )
+        pipe = redis_client.pipeline(transaction=False)
+        store.queue_schedule_write(
+            pipe,
+            snapshot,
+            ScheduleWrite(
+                state="{}",
+                cursor=ScheduleCursor(last_target=target),
+                record=record,
+                scales=True,
+                scale_lock=lock,
+                scale_lock_ttl_ms=5000,
+            ),
+        )
+        return int(pipe.execute()[0])
+
+    lock_key = store.scale_lock_key(JOB)
+    assert write(2, lock="first") == 2  # taken for this decision's scale
+    assert redis_client.get(lock_key) == b"first" and 0 < redis_client.pttl(lock_key) <= 5000
+    assert write(3, lock="second") == 1  # held: this one's scale takes it itself
+    assert redis_client.get(lock_key) == b"first"
+    # The scale that came with the lock finds it its own, and releases it.
+    [begun] = store.begin_scales([(JOB, "first")], ttl=5.0)
+    assert begun.locked and begun.newest == 2
+    store.finish_scales([(JOB, "first", None)])
+    assert not redis_client.exists(lock_key)

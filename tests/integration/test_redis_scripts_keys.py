@@ -31,6 +31,7 @@ from workers.adapters.redis_keys import DEFAULT_KEY_PREFIX, hash_tag
 from workers.adapters.redis_queue import TRAIN, WAIT, RedisSchedulerQueue
 from workers.adapters.redis_server import EmbeddedRedis, free_port
 from workers.adapters.report_intake import ReportIntake
+from workers.adapters.script_pipeline import execute
 from workers.adapters.state_store import (
     AppliedTarget,
     DecisionRecord,
@@ -234,6 +235,22 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
     assert [d.item_id for d in again] == [job, other]
     assert [e.data["n"] for e in again[0].entries] == [1, 2, 4]
     assert queue.ack_deliveries(again) == [True, True]
+    # The acks that go with a compare-and-set: on a condition (a key's value), or none.
+    reply_key = store.key("reply:conditional")
+    queue.push_entry(TRAIN, job, payload={"n": 6}, now=21.5)
+    queue.push_entry(TRAIN, other, payload={"n": 7}, now=21.6)
+    conditional, plain = queue.pop_deliveries(lease_seconds=10, now=21.7, count=5)
+    client.set(store.cursor_key(job), "written")
+    pipe = client.pipeline(transaction=False)
+    queue.queue_ack_if(
+        pipe, conditional, answer="a", answer_ttl=5.0, cursor=(store.cursor_key(job), "other")
+    )
+    queue.queue_ack_if(
+        pipe, conditional, answer="a", answer_ttl=5.0, cursor=(store.cursor_key(job), "written")
+    )
+    queue.queue_ack_if(pipe, plain, answer=None, answer_ttl=5.0)
+    assert execute(client, pipe)[::2] == [0, 1, 1]
+    assert client.llen(reply_key) == 0  # no entry waited on it
     queue.push_entry(WAIT, job, payload={"n": 5}, now=22.0)
     assert queue.remove(job) == 1
     assert queue.depths() == {TRAIN: 0, WAIT: 0}
@@ -267,13 +284,16 @@ def _exercise(owners: Owners, client: redis.Redis) -> None:
         record=record,
         newest_report=_report(job, 1),
         for_cluster=(_report(job, 1),),
+        scales=True,
+        scale_lock="t",  # the scale lock taken for the scale, in the same step
+        scale_lock_ttl_ms=5000,
     )
     assert store.write_schedule([(snapshot, write)]) == [True]
     assert store.write_schedule([(snapshot, write)]) == [False]  # the state moved on
-    locked = store.begin_scales([job, other], token="t", ttl=5.0)
+    locked = store.begin_scales([(job, "t"), (other, "t")], ttl=5.0)
     assert [entry[0] for entry in locked] == [True, True]
     applied = AppliedTarget(generation=1, target=2, at=2.0, outcome="applied")
-    store.finish_scales([(job, applied), (other, None)], token="t")
+    store.finish_scales([(job, "t", applied), (other, "t", None)])
     assert store.generation_and_applied(job) == (1, applied)
     store.settle_scale(job, generation=1)
     round_ = store.read_cluster_round("goodput", limit=10)

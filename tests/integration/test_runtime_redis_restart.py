@@ -1,7 +1,8 @@
 """Redis stops (SIGTERM) or crashes (SIGKILL) and restarts with append-only persistence.
 
 Nothing queued is lost: the queue's items, entries and leases come back as
-they were, the Celery messages come back, every report is confirmed by the
+they were, the Celery messages come back (and the decisions waiting for a
+scale, which beat's sweep sends again), every report is confirmed by the
 reporter (``CeleryClient.report_confirmed`` re-sends a report whose answer
 never came: Celery's transport pops a message before recording it as
 unacked), and every job still ends at the replica count an in-order replay
@@ -80,8 +81,10 @@ def test_redis_restart_with_aof_loses_no_report(
         timeout=20,
         what="a scale batch in flight",
     )
-    # Celery keeps delivered, unacked messages in its "unacked" hash until acked.
-    assert redis_client.hlen("unacked") > 0, "the crash must find work in flight"
+    # The paused batch's decisions wait in the pending-scale index until applied
+    # (a scale message is not recorded for redelivery: UNRECORDED_TASKS).
+    pending = redis_client.zcard(f"{PREFIX}scales:pending")
+    assert pending > 0, "the crash must find work in flight"
 
     # Mid-run: reports, schedule and scale work is queued and in flight right now.
     aof_server.restart(kill=kill)

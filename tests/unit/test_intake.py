@@ -7,12 +7,13 @@ per command, pipeline or script call), nothing else talking to it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from scheduler_core.models import EpochReport
 from tests.unit.runtime_fixtures import FixedClock, rt, server
-from workers import handlers
+from workers import handlers, scheduling
 from workers.adapters.redis_queue import TRAIN, QueueFullError
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
@@ -156,3 +157,31 @@ def test_answers_go_to_reply_keys_only(rt: Runtime) -> None:
     assert is_reply_key(rt, new_reply_key(rt))
     for other in ("events", rt.store.key("jobs"), rt.store.key("reply:") + "x" * 31 + ":"):
         assert not is_reply_key(rt, other)
+
+
+def test_a_decision_that_lost_its_compare_and_set_is_neither_acked_nor_answered_until_redone(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = "default/conflict"
+    key = new_reply_key(rt)
+    accept_report(rt, EpochReport(job=job, replicas=0, epoch=0), reply_to=key)
+    compute = scheduling._compute
+    touched: list[int] = []
+
+    def compute_then_touch(*args: Any, **kwargs: Any) -> Any:
+        outcome = compute(*args, **kwargs)
+        if not touched:  # another writer, as an autoscale decision: a new generation
+            touched.append(int(rt.redis.incr(rt.store.job_key(job, "generation"))))
+        return outcome
+
+    monkeypatch.setattr(scheduling, "_compute", compute_then_touch)
+    sent: list[handlers.ScaleCommand] = []
+    handlers.schedule_once(rt, send_scales=sent.extend)
+    # Decided again on its own, over the generation the other writer took: one
+    # answer (the stale decision's did not go with the ack that did not go), one scale.
+    (newest,) = rt.store.decisions(job, limit=1)
+    assert touched == [1] and newest.generation == 2
+    assert rt.redis.llen(key) == 1
+    assert DecisionReply.model_validate_json(_popped(rt, key)).generation == 2
+    assert [c.generation for c in sent] == [2]
+    assert rt.queue.items(TRAIN) == [] and rt.queue.stats(now=0.0)[TRAIN].in_flight == 0

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
 
 from scheduler_core.ports import QueueStore
-from workers.adapters.redis_queue import TRAIN, WAIT, QueueFullError, RedisSchedulerQueue
+from workers.adapters.redis_queue import (
+    TRAIN,
+    WAIT,
+    Delivery,
+    QueueFullError,
+    RedisSchedulerQueue,
+)
 from workers.adapters.redis_server import EmbeddedRedis
+from workers.adapters.script_pipeline import execute
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -170,3 +178,49 @@ def test_pop_and_ack_are_one_round_trip_each_and_survive_a_script_flush(
     acked, _ = queue.ack_and_look(popped, answers={"t:reply:y": "yes"})
     assert acked == [True] and client.lrange("t:reply:y", 0, -1) == [b"yes"]
     assert queue.depths() == {TRAIN: 0, WAIT: 0}
+
+
+def _waited_on(delivery: Delivery, key: str) -> Delivery:
+    """``delivery`` as if its sender waited on ``key`` (the API's reply key)."""
+    entries = tuple(replace(e, reply_to=key) for e in delivery.entries)
+    return replace(delivery, entries=entries)
+
+
+def test_a_conditional_ack_goes_and_answers_only_if_the_key_holds_the_value(
+    queue: RedisSchedulerQueue, client: redis.Redis
+) -> None:
+    queue.push_entry(TRAIN, "a", payload={"n": 1}, now=1.0)
+    [popped] = queue.pop_deliveries(lease_seconds=10, now=2.0, count=1)
+    delivery = _waited_on(popped, "t:reply:a")
+    client.set("t:cursor:a", "old")  # what a compare-and-set that failed leaves
+
+    def ack(expected: str) -> list[object]:
+        pipe = client.pipeline(transaction=False)
+        queue.queue_ack_if(
+            pipe, delivery, answer="decided", answer_ttl=5.0, cursor=("t:cursor:a", expected)
+        )
+        return list(execute(client, pipe))
+
+    queue.push_entry(TRAIN, "a", payload={"n": 2}, now=2.5)  # a newer report meanwhile
+    assert ack("new") == [0, 1]  # not acked, not answered; the newer item is counted
+    assert client.llen("t:reply:a") == 0 and queue.stats(now=3.0)[TRAIN].in_flight == 1
+    client.set("t:cursor:a", "new")  # the compare-and-set went through
+    assert ack("new") == [1, 1]
+    assert client.lrange("t:reply:a", 0, -1) == [b"decided"]
+    assert 0 < client.pttl("t:reply:a") <= 5000
+    assert queue.stats(now=3.0)[TRAIN].in_flight == 0
+    # Acked already, or its lease lost meanwhile (the token is gone): not again.
+    assert ack("new") == [0, 1]
+    assert client.llen("t:reply:a") == 1
+
+
+def test_an_unconditional_ack_without_waiting_senders_answers_nobody(
+    queue: RedisSchedulerQueue, client: redis.Redis
+) -> None:
+    queue.push_entry(TRAIN, "b", payload={"n": 1}, now=1.0)
+    [popped] = queue.pop_deliveries(lease_seconds=10, now=2.0, count=1)
+    pipe = client.pipeline(transaction=False)
+    queue.queue_ack_if(pipe, popped, answer="decided", answer_ttl=5.0)
+    assert list(execute(client, pipe)) == [1, 0]
+    assert queue.depths() == {TRAIN: 0, WAIT: 0}
+    assert queue.stats(now=3.0)[TRAIN].in_flight == 0

@@ -206,6 +206,37 @@ return 1
 """
 )
 
+# An ack with its answers, that can go in one round trip with the compare-and-set
+# of the item's job (``workers.scheduling``): if ARGV[7] is '1', only if the job's
+# cursor (KEYS[14]) holds what that write wrote, so an item whose job another
+# writer touched stays in flight, to be redone. The answers go only with the ack.
+# KEYS: the queue's keys, [the job's cursor key,] the reply keys its senders wait
+# on. ARGV: queue, item, token, the cursor expected, the answer, its TTL (ms),
+# conditional ('1' or '0').
+ACK_IF = (
+    QUEUE_LUA
+    + r"""
+local k = queue_keys(1)
+local q, item, token = ARGV[1], ARGV[2], ARGV[3]
+local replies = 14
+if ARGV[7] == '1' then
+  if (redis.call('GET', KEYS[14]) or '') ~= ARGV[4] then return 0 end
+  replies = 15
+end
+local member = q .. ':' .. item
+if redis.call('HGET', k.tokens, member) ~= token then return 0 end
+drop_entries(k[q].inflight, item)
+redis.call('ZREM', k.leases, member)
+redis.call('HDEL', k.tokens, member)
+redis.call('HDEL', k.leased_since, member)
+for i = replies, #KEYS do
+  redis.call('RPUSH', KEYS[i], ARGV[5])
+  redis.call('PEXPIRE', KEYS[i], ARGV[6])
+end
+return 1
+"""
+)
+
 # KEYS: the queue's keys. ARGV: queue, item, token.
 NACK = (
     QUEUE_LUA

@@ -110,6 +110,7 @@ class RedisSchedulerQueue:
         self._push = client.register_script(queue_scripts.PUSH)
         self._pop = client.register_script(queue_scripts.POP)
         self._ack = client.register_script(queue_scripts.ACK)
+        self._ack_if = client.register_script(queue_scripts.ACK_IF)
         self._nack = client.register_script(queue_scripts.NACK)
         self._sweep = client.register_script(queue_scripts.SWEEP)
         self._remove = client.register_script(queue_scripts.REMOVE)
@@ -302,6 +303,38 @@ class RedisSchedulerQueue:
         replies = execute(self._redis, pipe)[2 * len(answers) :]
         acked = [bool(x) for x in replies[: len(deliveries)]]
         return acked, any(int(x) for x in replies[len(deliveries) :])
+
+    def queue_ack_if(
+        self,
+        pipe: Any,
+        delivery: Delivery,
+        *,
+        answer: str | None,
+        answer_ttl: float,
+        cursor: tuple[str, str] | None = None,
+    ) -> None:
+        """On ``pipe``: ack ``delivery`` and answer its waiting senders (only if
+        ``cursor``, a key and its value, is given and the key holds it: its job's
+        compare-and-set, queued before on the same pipeline, went through); then
+        whether its job has a newer item queued. Two replies: acked (0/1), the
+        newer item's entry count."""
+        replies = [e.reply_to for e in delivery.entries if e.reply_to] if answer else []
+        condition = [] if cursor is None else [cursor[0]]
+        call_in(
+            pipe,
+            self._ack_if,
+            keys=[*self.keys, *condition, *replies],
+            args=[
+                delivery.queue,
+                delivery.item_id,
+                delivery.token,
+                "" if cursor is None else cursor[1],
+                answer or "",
+                wake_ttl_ms(answer_ttl),
+                "0" if cursor is None else "1",
+            ],
+        )
+        pipe.zlexcount(f"{self._key(delivery.queue)}:pending", *_item_range(delivery.item_id))
 
     def nack_delivery(self, delivery: Delivery) -> bool:
         """Put a delivery back at the front of its queue now (e.g. no capacity yet)."""

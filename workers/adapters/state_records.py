@@ -97,6 +97,12 @@ class ScheduleWrite:
     newest_report: EpochReport | None = None
     # Reports handed to the cluster policy's inbox (a job the cluster policy manages).
     for_cluster: tuple[EpochReport, ...] = ()
+    # The decision changes the target: a scale is to be sent (pending-scale index).
+    scales: bool = False
+    # Take the job's scale lock for that scale with this token, if it is free
+    # ('' : leave it to the scale), for this long (ms).
+    scale_lock: str = ""
+    scale_lock_ttl_ms: int = 0
 
 
 @dataclass(frozen=True)

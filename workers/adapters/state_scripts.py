@@ -43,11 +43,18 @@ if ARGV[7] ~= '' then
 end
 redis.call('SADD', KEYS[6], ARGV[9])
 if ARGV[10] ~= '' then redis.call('SET', KEYS[5], ARGV[10]) end
--- A new generation waits for its scale from now (workers.adapters.pending_scales).
-if ARGV[7] ~= '' then redis.call('ZADD', KEYS[8], ARGV[11], ARGV[9]) end
 -- Reports for the cluster policy: into its inbox in the same step as the cursor
 -- that says they were taken, so each is handed over exactly once.
-for i = 12, #ARGV do redis.call('RPUSH', KEYS[7], ARGV[i]) end
+for i = 15, #ARGV do redis.call('RPUSH', KEYS[7], ARGV[i]) end
+-- A new target: it waits for its scale from now (workers.adapters.pending_scales),
+-- and the job's scale lock, if free, is taken for that scale (token ARGV[13]):
+-- 2 says it was, so the scale need not take it (nor read what this step knows).
+if ARGV[12] == '1' then
+  redis.call('ZADD', KEYS[8], ARGV[11], ARGV[9])
+  if ARGV[13] ~= '' and redis.call('SET', KEYS[9], ARGV[13], 'NX', 'PX', ARGV[14]) then
+    return 2
+  end
+end
 return 1
 """
 
@@ -66,10 +73,16 @@ return 1
 """
 
 
+# KEYS: per job its lock, generation counter, applied target and record. ARGV:
+# the lock's TTL (ms), then per job a token. A lock already held by the job's
+# token (handed over by the schedule compare-and-set) counts as taken.
 BEGIN_SCALES = r"""
 local out = {}
 for i = 1, #KEYS, 4 do
-  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local token = ARGV[(i - 1) / 4 + 2]
+  if redis.call('SET', KEYS[i], token, 'NX', 'PX', ARGV[1])
+     or redis.call('GET', KEYS[i]) == token then
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
     table.insert(out, 1)
     table.insert(out, redis.call('GET', KEYS[i + 1]) or '')
     table.insert(out, redis.call('GET', KEYS[i + 2]) or '')
@@ -87,21 +100,21 @@ return out
 # Only while the lock is still ours: after a TTL expiry another worker may be
 # applying a newer generation, and an older record must not overwrite it.
 # KEYS: the pending-scale index, then per job its lock, applied target and
-# generation counter; ARGV: the token, then per job what was applied ('' for
+# generation counter; ARGV: per job its token, what was applied ('' for
 # nothing) and the job. A job whose newest generation is applied (now or
 # before: a resend that found it done) leaves the index.
 FINISH_SCALES = r"""
 for i = 2, #KEYS, 3 do
   local n = (i - 2) / 3
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    local applied = ARGV[2 + 2 * n]
+  if redis.call('GET', KEYS[i]) == ARGV[1 + 3 * n] then
+    local applied = ARGV[2 + 3 * n]
     if applied ~= '' then redis.call('SET', KEYS[i + 1], applied) end
     redis.call('DEL', KEYS[i])
     local current = redis.call('GET', KEYS[i + 1])
     if current then
       local newest = tonumber(redis.call('GET', KEYS[i + 2]) or '0')
       if cjson.decode(current)['generation'] >= newest then
-        redis.call('ZREM', KEYS[1], ARGV[3 + 2 * n])
+        redis.call('ZREM', KEYS[1], ARGV[3 + 3 * n])
       end
     end
   end

@@ -223,43 +223,61 @@ class StateStore(PendingScales):
         the result says, per write, whether it was (a None write counts as done).
         """
         pipe = self.redis.pipeline(transaction=False)
-        queued = []
         for snapshot, write in writes:
-            if write is None:
-                continue
-            record, report = write.record, write.newest_report
-            job = snapshot.job
-            call_in(
-                pipe,
-                self._compare_and_set,
-                keys=[
-                    self.job_key(job, f"policy:{snapshot.policy}"),
-                    self.job_key(job, "schedule"),
-                    self.job_key(job, "generation"),
-                    self.job_key(job, "decisions"),
-                    self.job_key(job, "last_report"),
-                    self.key("jobs"),
-                    self.inbox_key(snapshot.policy),
-                    self.pending_key,
-                ],
-                args=[
-                    snapshot.state or "",
-                    snapshot.cursor_raw or "",
-                    snapshot.generation_raw or "",
-                    write.state,
-                    write.cursor.model_dump_json(),
-                    "" if record is None else str(record.generation),
-                    "" if record is None else record.model_dump_json(),
-                    self.history,
-                    job,
-                    "" if report is None else report.model_dump_json(),
-                    "" if record is None else record.at,
-                    *(r.model_dump_json() for r in write.for_cluster),
-                ],
-            )
-            queued.append(snapshot)
-        results = iter(execute(self.redis, pipe) if queued else [])
+            if write is not None:
+                self.queue_schedule_write(pipe, snapshot, write)
+        results = iter(execute(self.redis, pipe) if pipe.command_stack else [])
         return [True if write is None else bool(next(results)) for _, write in writes]
+
+    def queue_schedule_write(
+        self, pipe: Any, snapshot: ScheduleSnapshot, write: ScheduleWrite
+    ) -> None:
+        """On ``pipe``: one job's compare-and-set. Its reply: 0 if it was not applied,
+        1 if it was, 2 if it also took the job's scale lock with ``write.scale_lock``.
+
+        It writes ``write.cursor`` as JSON to ``cursor_key(job)``: what a
+        conditional ack on the same pipeline checks (``queue_ack_if``).
+        """
+        record, report = write.record, write.newest_report
+        job = snapshot.job
+        call_in(
+            pipe,
+            self._compare_and_set,
+            keys=[
+                self.job_key(job, f"policy:{snapshot.policy}"),
+                self.cursor_key(job),
+                self.job_key(job, "generation"),
+                self.job_key(job, "decisions"),
+                self.job_key(job, "last_report"),
+                self.key("jobs"),
+                self.inbox_key(snapshot.policy),
+                self.pending_key,
+                self.scale_lock_key(job),
+            ],
+            args=[
+                snapshot.state or "",
+                snapshot.cursor_raw or "",
+                snapshot.generation_raw or "",
+                write.state,
+                write.cursor.model_dump_json(),
+                "" if record is None else str(record.generation),
+                "" if record is None else record.model_dump_json(),
+                self.history,
+                job,
+                "" if report is None else report.model_dump_json(),
+                "" if record is None else record.at,
+                "1" if write.scales else "0",
+                write.scale_lock,
+                write.scale_lock_ttl_ms,
+                *(r.model_dump_json() for r in write.for_cluster),
+            ],
+        )
+
+    def cursor_key(self, job: str) -> str:
+        return self.job_key(job, "schedule")
+
+    def scale_lock_key(self, job: str) -> str:
+        return self.key(f"lock:scale:{job}")
 
     def schedule_transaction(
         self,
@@ -288,7 +306,7 @@ class StateStore(PendingScales):
         raise ConcurrentUpdateError(f"job {job}: gave up after {attempts} conflicting updates")
 
     def cursor(self, job: str) -> ScheduleCursor:
-        raw = self.redis.get(self.job_key(job, "schedule"))
+        raw = self.redis.get(self.cursor_key(job))
         return ScheduleCursor.model_validate_json(raw) if raw else ScheduleCursor()
 
     # --- decisions, generations, applied targets -------------------------------
@@ -328,21 +346,24 @@ class StateStore(PendingScales):
         record = AppliedTarget.model_validate_json(applied) if applied else None
         return int(generation or 0), record
 
-    def begin_scales(self, jobs: list[str], *, token: str, ttl: float) -> list[BegunScale]:
-        """Take each job's scale lock if free; with it, its newest and applied generation.
+    def begin_scales(self, jobs: list[tuple[str, str]], *, ttl: float) -> list[BegunScale]:
+        """Take each job's scale lock with its token, if free or already held by that
+        token (handed over by the schedule compare-and-set); with it, its newest and
+        applied generation.
 
-        One round trip for the batch, which also reads each job's record (the
-        scaler's route, ``workers.adapters.parameter_server``).
+        One round trip for the batch (``jobs``: job and token), which also reads each
+        job's record (the scaler's route, ``workers.adapters.parameter_server``).
         """
         keys = []
-        for job in jobs:
+        for job, _ in jobs:
             keys += [
-                self.key(f"lock:scale:{job}"),
+                self.scale_lock_key(job),
                 self.job_key(job, "generation"),
                 self.job_key(job, "applied"),
                 self.key(f"job:{job}"),
             ]
-        raw = self._begin_scales(keys=keys, args=[token, max(1, int(ttl * 1000))]) if jobs else []
+        args: list[Any] = [max(1, int(ttl * 1000)), *(token for _, token in jobs)]
+        raw = self._begin_scales(keys=keys, args=args) if jobs else []
         out = []
         for i in range(len(jobs)):
             locked, generation, applied, job_record = raw[4 * i : 4 * i + 4]
@@ -356,21 +377,20 @@ class StateStore(PendingScales):
             )
         return out
 
-    def finish_scales(
-        self, finished: list[tuple[str, AppliedTarget | None]], *, token: str
-    ) -> None:
-        """Record what was applied and release the locks still held by ``token``, at once."""
+    def finish_scales(self, finished: list[tuple[str, str, AppliedTarget | None]]) -> None:
+        """Record what was applied and release the locks each job's token (job,
+        token, applied) still holds, at once."""
         if not finished:
             return
         keys = [self.pending_key]
-        args = [token]
-        for job, applied in finished:
+        args = []
+        for job, token, applied in finished:
             keys += [
-                self.key(f"lock:scale:{job}"),
+                self.scale_lock_key(job),
                 self.job_key(job, "applied"),
                 self.job_key(job, "generation"),
             ]
-            args += [applied.model_dump_json() if applied is not None else "", job]
+            args += [token, applied.model_dump_json() if applied is not None else "", job]
         self._finish_scales(keys=keys, args=args)
 
     def set_applied(self, job: str, applied: AppliedTarget) -> None:
