@@ -3,13 +3,25 @@ real redis-server (started once per module on a free port) with a fixed clock.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.settings import Settings
 from workers.wiring import Runtime
+
+
+def round_trips(rt: Runtime, action: Callable[[], object]) -> int:
+    """Requests the server read while ``action`` ran (the INFO that counts them left
+    out): one per command, pipeline or script call, from any client."""
+
+    def reads() -> int:
+        return int(rt.redis.info("stats")["total_reads_processed"])
+
+    before = reads()
+    action()
+    return reads() - before - 1
 
 
 class FixedClock:

@@ -6,13 +6,12 @@ per command, pipeline or script call), nothing else talking to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from scheduler_core.models import EpochReport
-from tests.unit.runtime_fixtures import FixedClock, rt, server
+from tests.unit.runtime_fixtures import FixedClock, round_trips, rt, server
 from workers import handlers, scheduling
 from workers.adapters.redis_queue import TRAIN, QueueFullError
 from workers.adapters.redis_server import EmbeddedRedis
@@ -32,17 +31,6 @@ from workers.wiring import Runtime
 __all__ = ["rt", "server"]  # fixtures used by name
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _round_trips(rt: Runtime, action: Callable[[], object]) -> int:
-    """Requests the server read while ``action`` ran (the INFO that counts them left out)."""
-
-    def reads() -> int:
-        return int(rt.redis.info("stats")["total_reads_processed"])
-
-    before = reads()
-    action()
-    return reads() - before - 1
 
 
 def _popped(rt: Runtime, key: str) -> bytes:
@@ -65,8 +53,8 @@ def test_a_report_goes_in_with_one_round_trip_and_claims_the_trigger_once(rt: Ru
         accept_report(rt, report, trigger=lambda: triggered.append(1), reply_to=new_reply_key(rt))
 
     # Numbered, kept in the history, queued with its reply key, trigger claimed: one call.
-    assert _round_trips(rt, lambda: push("default/a", 10.0)) == 1
-    assert _round_trips(rt, lambda: push("default/b", 9.0)) == 1
+    assert round_trips(rt, lambda: push("default/a", 10.0)) == 1
+    assert round_trips(rt, lambda: push("default/b", 9.0)) == 1
     # Only the push that set the flag triggers: one schedule for both reports.
     assert triggered == [1]
     assert [r["epoch"] for r in _pending(rt, "default/a")] == [1]

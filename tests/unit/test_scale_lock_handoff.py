@@ -7,12 +7,10 @@ Round trips are counted by the server itself (``total_reads_processed``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from scheduler_core.models import EpochReport
-from tests.unit.runtime_fixtures import FixedClock, rt, server
+from tests.unit.runtime_fixtures import FixedClock, round_trips, rt, server
 from workers import handlers
 from workers.intake import accept_report
 from workers.scaling import ScaleCommand
@@ -21,15 +19,6 @@ from workers.wiring import Runtime
 __all__ = ["rt", "server"]  # fixtures used by name
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _round_trips(rt: Runtime, action: Callable[[], object]) -> int:
-    def reads() -> int:
-        return int(rt.redis.info("stats")["total_reads_processed"])
-
-    before = reads()
-    action()
-    return reads() - before - 1
 
 
 def _decided(rt: Runtime, job: str, *, replicas: int, epoch: int) -> ScaleCommand:
@@ -55,8 +44,8 @@ def test_a_scale_that_comes_with_its_lock_takes_one_round_trip_less(rt: Runtime)
     rt.redis.delete(rt.store.scale_lock_key("default/b"))
     taking = taking.model_copy(update={"lock": None, "locked_at": None, "record": None})
 
-    with_lock = _round_trips(rt, lambda: handlers.apply_scales(rt, [handed]))
-    without = _round_trips(rt, lambda: handlers.apply_scales(rt, [taking]))
+    with_lock = round_trips(rt, lambda: handlers.apply_scales(rt, [handed]))
+    without = round_trips(rt, lambda: handlers.apply_scales(rt, [taking]))
     assert with_lock == without - 1  # no lock and no read of its own; the release alike
     assert rt.store.applied("default/a") is not None
     assert rt.store.applied("default/a").generation == handed.generation  # type: ignore[union-attr]

@@ -70,6 +70,18 @@ local function drop_entries(zset, item)
   return redis.call('ZREMRANGEBYLEX', zset, lo, hi)
 end
 
+-- Done with a delivery (queue ``q``, its ``item``), if ``token`` is still its
+-- delivery token: its in-flight entries and lease go. 1 if acked, else 0.
+local function ack_member(k, q, item, token)
+  local member = q .. ':' .. item
+  if redis.call('HGET', k.tokens, member) ~= token then return 0 end
+  drop_entries(k[q].inflight, item)
+  redis.call('ZREM', k.leases, member)
+  redis.call('HDEL', k.tokens, member)
+  redis.call('HDEL', k.leased_since, member)
+  return 1
+end
+
 local function return_member(k, member)
   local sep = string.find(member, ':', 1, true)
   local q = string.sub(member, 1, sep - 1)
@@ -194,15 +206,7 @@ return out
 ACK = (
     QUEUE_LUA
     + r"""
-local k = queue_keys(1)
-local q, item, token = ARGV[1], ARGV[2], ARGV[3]
-local member = q .. ':' .. item
-if redis.call('HGET', k.tokens, member) ~= token then return 0 end
-drop_entries(k[q].inflight, item)
-redis.call('ZREM', k.leases, member)
-redis.call('HDEL', k.tokens, member)
-redis.call('HDEL', k.leased_since, member)
-return 1
+return ack_member(queue_keys(1), ARGV[1], ARGV[2], ARGV[3])
 """
 )
 
@@ -216,19 +220,12 @@ return 1
 ACK_IF = (
     QUEUE_LUA
     + r"""
-local k = queue_keys(1)
-local q, item, token = ARGV[1], ARGV[2], ARGV[3]
 local replies = 14
 if ARGV[7] == '1' then
   if (redis.call('GET', KEYS[14]) or '') ~= ARGV[4] then return 0 end
   replies = 15
 end
-local member = q .. ':' .. item
-if redis.call('HGET', k.tokens, member) ~= token then return 0 end
-drop_entries(k[q].inflight, item)
-redis.call('ZREM', k.leases, member)
-redis.call('HDEL', k.tokens, member)
-redis.call('HDEL', k.leased_since, member)
+if ack_member(queue_keys(1), ARGV[1], ARGV[2], ARGV[3]) == 0 then return 0 end
 for i = replies, #KEYS do
   redis.call('RPUSH', KEYS[i], ARGV[5])
   redis.call('PEXPIRE', KEYS[i], ARGV[6])
