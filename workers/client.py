@@ -187,10 +187,10 @@ class CeleryClient:
             return self.send(FINISH, job)
         return self.send(FINISH, job, reply_to)
 
-    def schedule(self) -> str:
+    def schedule(self, job: str | None = None) -> str:
         """Wake the scheduler: the API's trigger after a push that claimed it
-        (``workers.intake``)."""
-        return self.send(SCHEDULE)
+        (``workers.intake``), with the pushed job as the run's hint."""
+        return self.send(SCHEDULE, [job]) if job is not None else self.send(SCHEDULE)
 
     def close(self) -> None:
         self.app.close()

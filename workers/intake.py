@@ -39,7 +39,8 @@ SCHEDULE_FLAG = "schedule:triggered"
 REPLY_TTL_S = 60.0
 
 # Sends one ``trainscaler.schedule`` (the API's Celery producer, or the task itself).
-Trigger = Callable[[], object]
+# Called with the job whose push claimed the schedule trigger (the run's hint).
+Trigger = Callable[[str], object]
 
 
 class OutOfScope(ValueError):
@@ -122,10 +123,10 @@ def accept_report(
         )
     except QueueFullError:
         if trigger is not None:
-            trigger()
+            trigger(report.job)
         raise
     if pushed.woke and trigger is not None:
-        trigger()
+        trigger(report.job)
     return pushed.report
 
 
@@ -159,10 +160,10 @@ def accept_submission(
         )
     except QueueFullError:
         if trigger is not None:
-            trigger()
+            trigger(job)
         raise
     if woke and trigger is not None:
-        trigger()
+        trigger(job)
     return job
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler_core.models import Resources
@@ -23,10 +23,21 @@ from workers.wiring import Runtime
 log = logging.getLogger(__name__)
 
 
-def first_reads(rt: Runtime, clear_flag: str | None) -> Callable[[Any], None]:
-    """What a run's first pop does first, in its round trip: clear the trigger, read the plan."""
+def first_reads(
+    rt: Runtime,
+    clear_flag: str | None,
+    *,
+    hint: Sequence[str] = (),
+    policies: tuple[str, ...] = (),
+) -> Callable[[Any], None]:
+    """What a run's first pop does first, in its round trip: read what the chunk
+    decision needs of the ``hint`` jobs (those whose push triggered the run:
+    ``StateStore.queue_read_chunk``, the first reply), clear the trigger, read
+    the plan (the last reply)."""
 
     def queue(pipe: Any) -> None:
+        if hint:
+            rt.store.queue_read_chunk(pipe, list(hint), policies=policies)
         if clear_flag is not None:
             rt.store.clear_flag(clear_flag, pipe=pipe)
         rt.store.latest_plan_in(pipe)

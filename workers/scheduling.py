@@ -22,6 +22,7 @@ would fight it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ from workers.adapters.state_store import (
     DecisionRecord,
     JobRecord,
     ScheduleCursor,
+    ScheduleSnapshot,
     ScheduleWrite,
 )
 from workers.intake import REPLY_TTL_S, DecisionReply
@@ -80,7 +82,11 @@ class ScheduleSummary:
 
 
 def schedule_once(
-    rt: Runtime, *, send_scales: SendScales, clear_flag: str | None = None
+    rt: Runtime,
+    *,
+    send_scales: SendScales,
+    clear_flag: str | None = None,
+    hint: Sequence[str] = (),
 ) -> ScheduleSummary:
     """Pop items (train queue first), run each job's policy, send scales, ack.
 
@@ -93,15 +99,23 @@ def schedule_once(
     before that leaves the decisions in the pending-scale index, and
     ``sweep_leases`` sends them (``workers.adapters.pending_scales``). The first pop's round trip also reads
     the newest plan and first clears the flag ``clear_flag`` (the schedule
-    trigger: a push from then on triggers another run, so nothing waits unseen).
+    trigger: a push from then on triggers another run, so nothing waits unseen),
+    and reads what deciding the ``hint`` jobs needs (those whose push triggered
+    the run: a lone report's chunk then needs no read of its own; a job the pop
+    does not return is read with the chunk, as any other).
     """
     deliveries = decisions = scales = waiting = 0
     queues: tuple[str, ...] = QUEUES
     requests: dict[str, Resources] | None = None
     planned: dict[str, str] = {}
+    policies = _chunk_policies(rt)
+    hinted = list(dict.fromkeys(hint))[:SCALE_BATCH]
+    known: _Known | None = None
     while deliveries < rt.settings.schedule_batch:
         chunk, replies = rt.queue.pop_deliveries_after(
-            None if requests is not None else first_reads(rt, clear_flag),
+            None
+            if requests is not None
+            else first_reads(rt, clear_flag, hint=hinted, policies=policies),
             lease_seconds=rt.settings.lease_seconds,
             now=rt.clock.now(),
             queues=queues,
@@ -110,6 +124,10 @@ def schedule_once(
         if requests is None:
             plan = rt.store.plan_of(replies[-1])
             requests, planned = plan_requests(plan), plan_policies(rt, plan)
+            if hinted:
+                known = _Known(
+                    set(hinted), *rt.store.chunk_of(replies[0], hinted, policies=policies)
+                )
         if not chunk:
             return ScheduleSummary(deliveries, decisions, scales, waiting)
         asked = min(SCALE_BATCH, rt.settings.schedule_batch - deliveries)
@@ -119,7 +137,8 @@ def schedule_once(
         late: list[Delivery] = []
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
-        settled = _schedule_chunk(rt, chunk, requests=requests, planned=planned)
+        settled = _schedule_chunk(rt, chunk, requests=requests, planned=planned, known=known)
+        known = None  # read before the first pop: only that chunk may use it
         for delivery, outcome, acked, lock in zip(
             chunk, settled.outcomes, settled.acked, settled.locks, strict=True
         ):
@@ -206,14 +225,39 @@ class _Context:
     observed: dict[str, Any] | None = None
 
 
+def _chunk_policies(rt: Runtime) -> tuple[str, ...]:
+    """The policies whose state a chunk reads for every job, before it is known which
+    drives each: the job policy and the cluster policy."""
+    return tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What the run's first round trip read of the jobs it was hinted (``read_chunk``)."""
+
+    jobs: set[str]
+    records: dict[str, JobRecord]
+    snapshots: dict[tuple[str, str], ScheduleSnapshot]
+
+
 def _schedule_chunk(
-    rt: Runtime, chunk: list[Delivery], *, requests: dict[str, Resources], planned: dict[str, str]
+    rt: Runtime,
+    chunk: list[Delivery],
+    *,
+    requests: dict[str, Resources],
+    planned: dict[str, str],
+    known: _Known | None = None,
 ) -> _Settled:
     # The job and cluster policies' states are read with the records, before it is
     # known which drives each job: one round trip, not two (another policy, named by
-    # an older record, is read on its own below).
-    policies = tuple(dict.fromkeys((rt.settings.job_policy, rt.settings.cluster_policy)))
-    records, prefetched = rt.store.read_chunk([d.item_id for d in chunk], policies=policies)
+    # an older record, is read on its own below), and none for the jobs read already
+    # (``known``; a value changed since makes their compare-and-set fail and redo).
+    policies = _chunk_policies(rt)
+    unread_jobs = [d.item_id for d in chunk if known is None or d.item_id not in known.jobs]
+    records, prefetched = rt.store.read_chunk(unread_jobs, policies=policies)
+    if known is not None:
+        records.update(known.records)
+        prefetched.update(known.snapshots)
     unknown = [d.item_id for d in chunk if d.item_id not in records and d.item_id not in planned]
     found = look_up(rt, unknown) if unknown else {}
     # Which policy drives a job without a record: the newest plan's word, else the lookup's.

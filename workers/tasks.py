@@ -154,6 +154,11 @@ def _trigger_schedule(rt: Runtime) -> None:
         schedule.apply_async()
 
 
+def _schedule_for(job: str) -> None:
+    """The trigger of a push that claimed it: a run hinted with the pushed job."""
+    schedule.apply_async(args=[[job]])
+
+
 def _send_scale(command: handlers.ScaleCommand) -> None:
     _send_scales([command])
 
@@ -167,7 +172,7 @@ def submit(self: Task, payload: Any = None) -> dict[str, Any]:
     rt = runtime()
     try:
         job = handlers.accept_submission(
-            rt, payload, submission_id=str(self.request.id), trigger=schedule.apply_async
+            rt, payload, submission_id=str(self.request.id), trigger=_schedule_for
         )
     except ValidationError as error:
         return _reject(rt, "trainscaler.submit", payload=payload, error=validation_message(error))
@@ -185,7 +190,7 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
     """For services that speak Celery: one hop into the API's own path (``workers.intake``)."""
     rt = runtime()
     try:
-        report = handlers.accept_report(rt, payload, trigger=schedule.apply_async)
+        report = handlers.accept_report(rt, payload, trigger=_schedule_for)
     except ValidationError as error:
         return _reject(
             rt, "trainscaler.report_epoch", payload=payload, error=validation_message(error)
@@ -200,12 +205,16 @@ def report_epoch(payload: Any = None) -> dict[str, Any]:
 # Internal tasks: their outcomes live in Redis (decisions, applied targets,
 # dead letters), so no result is stored for them.
 @_task(name="trainscaler.schedule", ignore_result=True)
-def schedule() -> dict[str, Any]:
+def schedule(jobs: Any = None) -> dict[str, Any]:
+    """Decide what the SchedulerQueue holds. ``jobs``, optional: the job keys whose
+    push triggered this run, read in its first round trip (a hint: anything else,
+    or a job the queue does not return, is read with its chunk as usual)."""
     rt = runtime()
+    hint = [j for j in jobs if isinstance(j, str)] if isinstance(jobs, list) else []
     # Cleared first (in the run's first round trip): a push from then on triggers
     # another run, so nothing waits unseen.
     summary = handlers.schedule_once(
-        rt, send_scales=_send_scales, clear_flag=handlers.SCHEDULE_FLAG
+        rt, send_scales=_send_scales, clear_flag=handlers.SCHEDULE_FLAG, hint=hint
     )
     if summary.more:
         _trigger_schedule(rt)

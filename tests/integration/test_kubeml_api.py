@@ -70,19 +70,20 @@ def queued(client: redis.Redis) -> list[tuple[str, list[Any]]]:
 
 def submitted(listener: Listener) -> tuple[str, dict[str, Any]]:
     """The one job ``/train`` recorded and queued to wait (key, request as JSON), and the
-    one trigger it sent."""
+    one trigger it sent, hinted with that job."""
     (job,) = listener.store.job_names()
     record = listener.store.get_job(job)
     assert record is not None and record.request is not None
     assert RedisSchedulerQueue(listener.redis, prefix=PREFIX).items(WAIT) == [job]
-    assert queued(listener.redis) == [("trainscaler.schedule", [])]
+    assert queued(listener.redis) == [("trainscaler.schedule", [[job]])]
     return job, record.request.model_dump(mode="json")
 
 
 def reported(listener: Listener, job: str) -> dict[str, Any]:
-    """The one report ``/job`` pushed into the train queue itself, and the one trigger it sent."""
+    """The one report ``/job`` pushed into the train queue itself, and the one trigger it
+    sent, hinted with that job."""
     (entry,) = RedisSchedulerQueue(listener.redis, prefix=PREFIX).pending_entries(TRAIN, job)
-    assert queued(listener.redis) == [("trainscaler.schedule", [])]
+    assert queued(listener.redis) == [("trainscaler.schedule", [[job]])]
     return entry.data
 
 

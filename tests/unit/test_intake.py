@@ -50,7 +50,9 @@ def test_a_report_goes_in_with_one_round_trip_and_claims_the_trigger_once(rt: Ru
 
     def push(job: str, seconds: float) -> None:
         report = EpochReport(job=job, replicas=2, epoch_time_s=seconds)
-        accept_report(rt, report, trigger=lambda: triggered.append(1), reply_to=new_reply_key(rt))
+        accept_report(
+            rt, report, trigger=lambda _job: triggered.append(1), reply_to=new_reply_key(rt)
+        )
 
     # Numbered, kept in the history, queued with its reply key, trigger claimed: one call.
     assert round_trips(rt, lambda: push("default/a", 10.0)) == 1
@@ -88,7 +90,7 @@ def test_a_full_queue_takes_nothing_in_and_still_triggers(server: EmbeddedRedis)
             accept_report(
                 rt,
                 EpochReport(job="default/b", replicas=1, epoch_time_s=2.0),
-                trigger=lambda: triggered.append(1),
+                trigger=lambda _job: triggered.append(1),
             )
         assert triggered == [1]  # a full queue wants draining
         assert rt.store.metrics("default/b") == []
@@ -173,3 +175,26 @@ def test_a_decision_that_lost_its_compare_and_set_is_neither_acked_nor_answered_
     assert DecisionReply.model_validate_json(_popped(rt, key)).generation == 2
     assert [c.generation for c in sent] == [2]
     assert rt.queue.items(TRAIN) == [] and rt.queue.stats(now=0.0)[TRAIN].in_flight == 0
+
+
+def test_a_run_hinted_with_the_pushed_job_reads_it_in_its_first_round_trip(rt: Runtime) -> None:
+    def run(job: str, *, hint: tuple[str, ...]) -> tuple[int, list[handlers.ScaleCommand]]:
+        accept_report(rt, EpochReport(job=job, replicas=0, epoch=0))
+        sent: list[handlers.ScaleCommand] = []
+        trips = round_trips(
+            rt, lambda: handlers.schedule_once(rt, send_scales=sent.extend, hint=hint)
+        )
+        return trips, sent
+
+    run("default/warm", hint=())  # scripts loaded
+    run("default/warm-hinted", hint=("default/warm-hinted",))
+    unhinted, plain = run("default/a", hint=())
+    hinted, read_ahead = run("default/b", hint=("default/b",))
+    # A hint the queue does not return: the popped job is read with its chunk.
+    wrong, elsewhere = run("default/c", hint=("default/nobody",))
+    assert hinted == unhinted - 1 and wrong == unhinted
+    # Decided alike whichever way its state was read.
+    assert [(c.target, c.generation) for c in read_ahead] == [(1, 1)]
+    assert [(c.target, c.generation) for c in plain] == [(1, 1)]
+    assert [(c.target, c.generation) for c in elsewhere] == [(1, 1)]
+    assert rt.queue.items(TRAIN) == []

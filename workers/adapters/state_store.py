@@ -197,12 +197,27 @@ class StateStore(PendingScales):
         (those that may drive it before its record says which), in one read."""
         if not jobs:
             return {}, {}
+        return self.chunk_of(
+            self.redis.mget(self._chunk_keys(jobs, policies)), jobs, policies=policies
+        )
+
+    def queue_read_chunk(self, pipe: Any, jobs: list[str], *, policies: tuple[str, ...]) -> None:
+        """``read_chunk`` on ``pipe`` (one reply, for ``chunk_of``); ``jobs`` not empty."""
+        pipe.mget(self._chunk_keys(jobs, policies))
+
+    def _chunk_keys(self, jobs: list[str], policies: tuple[str, ...]) -> list[str]:
         keys = []
         for job in jobs:
             keys += [self.key(f"job:{job}"), self.job_key(job, "schedule")]
             keys += [self.job_key(job, "generation")]
             keys += [self.job_key(job, f"policy:{policy}") for policy in policies]
-        values = [opt_text(v) for v in self.redis.mget(keys)]
+        return keys
+
+    def chunk_of(
+        self, raw: Any, jobs: list[str], *, policies: tuple[str, ...]
+    ) -> tuple[dict[str, JobRecord], dict[tuple[str, str], ScheduleSnapshot]]:
+        """``read_chunk``'s result from the reply of ``queue_read_chunk``."""
+        values = [opt_text(v) for v in raw]
         width = 3 + len(policies)
         records: dict[str, JobRecord] = {}
         snapshots: dict[tuple[str, str], ScheduleSnapshot] = {}
