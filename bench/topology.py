@@ -92,10 +92,10 @@ def fill(server: Any, *, nodes: int, jobs: int) -> None:
     ops = server.operations
     install_crd(server.api_client())
     resource = {
-        name: ops.resource(group, "v1", name)
+        name: ops.resource(group, "v1", plural=name)
         for group, name in (("", "namespaces"), ("", "pods"), ("apps", "deployments"))
     }
-    elastic = ops.resource(GROUP, VERSION, PLURAL)
+    elastic = ops.resource(GROUP, VERSION, plural=PLURAL)
     for namespace in NAMESPACES:
         ops.create_stored(resource["namespaces"], {"metadata": {"name": namespace}}, namespace="")
     for index in range(nodes):
