@@ -6,7 +6,7 @@ TTL and the job enters ``P jobs:finished`` (ZSET job -> finished time). The
 periodic sweep (``purge``) then takes jobs past their retention out of the
 ``P jobs`` index and deletes whatever of their keys is still there (a key
 written after the finish, e.g. a late report, has no TTL), so every reader of
-"all jobs" (the API's views, ``/metrics``, ``fetch_metrics``) reads only live
+"all jobs" (the API's views and ``/metrics``) reads only live
 and retained jobs.
 """
 
