@@ -193,16 +193,23 @@ def schedule_once(
 
 def _answers(delivery: Delivery, outcome: _Outcome) -> dict[str, str]:
     """The answer to each sender of ``delivery`` waiting on a reply key."""
-    keys = [e.reply_to for e in delivery.entries if e.reply_to is not None]
-    if not keys:
+    answer = _answer(delivery, outcome)
+    if answer is None:
         return {}
+    return {e.reply_to: answer for e in delivery.entries if e.reply_to is not None}
+
+
+def _answer(delivery: Delivery, outcome: _Outcome) -> str | None:
+    """The ``DecisionReply`` JSON for the senders of ``delivery``, or None when none waits."""
+    if all(e.reply_to is None for e in delivery.entries):
+        return None
     record = outcome.record
     reply = DecisionReply(
         parallelism=outcome.target,
         generation=None if record is None else record.generation,
         reason=None if record is None else record.decision.reason,
     )
-    return dict.fromkeys(keys, reply.model_dump_json())
+    return reply.model_dump_json()
 
 
 @dataclass(frozen=True)
@@ -300,11 +307,10 @@ def _schedule_chunk(
             writes[index] = write
             rt.store.queue_schedule_write(pipe, snapshot_of[id(context)], write)
             cursor = (rt.store.cursor_key(context.job), write.cursor.model_dump_json())
-        answer = _answers(context.delivery, outcome)
         rt.queue.queue_ack_if(
             pipe,
             context.delivery,
-            answer=next(iter(answer.values()), None),
+            answer=_answer(context.delivery, outcome),
             answer_ttl=REPLY_TTL_S,
             cursor=cursor,
         )
