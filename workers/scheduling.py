@@ -23,24 +23,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from scheduler_core.models import ElasticJob, EpochReport, Reason, Resources, ScalingDecision
-from scheduler_core.policies.base import PolicyInput
-from scheduler_core.registry import decide, load_state
-from workers.adapters.redis_queue import QUEUES, TRAIN, WAIT, Delivery
+from scheduler_core.models import Resources
+from workers import job_decision
+from workers.adapters.redis_queue import QUEUES, TRAIN, Delivery
 from workers.adapters.script_pipeline import execute
 from workers.adapters.state_store import (
-    DecisionRecord,
     JobRecord,
-    ScheduleCursor,
     ScheduleSnapshot,
     ScheduleWrite,
 )
 from workers.intake import REPLY_TTL_S, DecisionReply
+from workers.job_decision import Outcome
 from workers.scaling import (
     SCALE_BATCH,
     ScaleCommand,
@@ -50,26 +45,6 @@ from workers.scaling import (
 )
 from workers.schedule_inputs import first_reads, look_up, plan_policies, plan_requests
 from workers.wiring import Runtime
-
-
-@dataclass
-class _Outcome:
-    kind: Literal["decided", "nothing_new", "no_room", "no_decision"]
-    new_state: str = ""
-    cursor: ScheduleCursor | None = None
-    record: DecisionRecord | None = None
-    changed: bool = False
-    reserved: int = 0
-    released: int = 0
-    per_replica: Resources = field(default_factory=Resources)
-    newest_report: EpochReport | None = None
-    policy: str = ""
-    # Reports handed to the cluster policy (in the same compare-and-set as the cursor).
-    for_cluster: tuple[EpochReport, ...] = ()
-    # The job's target once this delivery is decided (its senders' answer; None: none yet).
-    target: int | None = None
-    # The job's object as this decision read it (ScaleCommand.observed).
-    observed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -152,7 +127,7 @@ def schedule_once(
                 decisions += 1
                 if outcome.record is not None:
                     decided.append((outcome.policy, outcome.record.decision.direction))
-            if _scales(outcome) and outcome.record is not None:
+            if job_decision.sends_scale(outcome) and outcome.record is not None:
                 epoch_time = outcome.newest_report.epoch_time_s if outcome.newest_report else None
                 command = command_for(
                     outcome.record,
@@ -191,7 +166,7 @@ def schedule_once(
     return ScheduleSummary(deliveries, decisions, scales, waiting, more=True)
 
 
-def _answers(delivery: Delivery, outcome: _Outcome) -> dict[str, str]:
+def _answers(delivery: Delivery, outcome: Outcome) -> dict[str, str]:
     """The answer to each sender of ``delivery`` waiting on a reply key."""
     answer = _answer(delivery, outcome)
     if answer is None:
@@ -199,7 +174,7 @@ def _answers(delivery: Delivery, outcome: _Outcome) -> dict[str, str]:
     return {e.reply_to: answer for e in delivery.entries if e.reply_to is not None}
 
 
-def _answer(delivery: Delivery, outcome: _Outcome) -> str | None:
+def _answer(delivery: Delivery, outcome: Outcome) -> str | None:
     """The ``DecisionReply`` JSON for the senders of ``delivery``, or None when none waits."""
     if all(e.reply_to is None for e in delivery.entries):
         return None
@@ -210,26 +185,6 @@ def _answer(delivery: Delivery, outcome: _Outcome) -> str | None:
         reason=None if record is None else record.decision.reason,
     )
     return reply.model_dump_json()
-
-
-@dataclass(frozen=True)
-class _Context:
-    """What one delivery is decided with."""
-
-    delivery: Delivery
-    job: str
-    policy: str
-    elastic: ElasticJob | None
-    per_replica: Resources
-    admission: bool
-    skip: bool
-    # Reports are kept but no policy runs: the cluster policy owns this job's target.
-    report_only: bool = False
-    # KubeML parameter-server mode: the job blocks after each epoch until its
-    # parameter server gets an answer, so every decided report is sent, keep included.
-    answers_every_report: bool = False
-    # The job's object as the lookup read it, handed on to its scale (None: not read).
-    observed: dict[str, Any] | None = None
 
 
 def _chunk_policies(rt: Runtime) -> tuple[str, ...]:
@@ -270,7 +225,7 @@ def _schedule_chunk(
     # Which policy drives a job without a record: the newest plan's word, else the lookup's.
     driven_by = {**planned, **{job: seen.policy for job, seen in found.items()}}
     contexts = [
-        _context(
+        job_decision.job_context(
             rt,
             d,
             record=records.get(d.item_id),
@@ -285,7 +240,9 @@ def _schedule_chunk(
     prefetched.update({(snap.job, snap.policy): snap for snap in rt.store.read_schedule(unread)})
     snapshot_of = {id(c): prefetched[(c.job, c.policy)] for c in active}
     computed = {
-        id(c): _compute(rt, c, state_raw=snap.state, cursor=snap.cursor, generation=snap.generation)
+        id(c): job_decision.compute(
+            rt, c, state_raw=snap.state, cursor=snap.cursor, generation=snap.generation
+        )
         for c in active
         for snap in (snapshot_of[id(c)],)
     }
@@ -298,10 +255,14 @@ def _schedule_chunk(
     writes: dict[int, ScheduleWrite] = {}
     acking: list[int] = []
     for index, context in enumerate(contexts):
-        outcome = _Outcome(kind="nothing_new") if context.skip else computed[id(context)]
+        outcome = Outcome(kind="nothing_new") if context.skip else computed[id(context)]
         if outcome.kind == "no_room":
             continue  # nacked by the caller
-        write = None if context.skip else _commit(outcome, lock=lock, lock_ttl_ms=lock_ttl_ms)
+        write = (
+            None
+            if context.skip
+            else job_decision.commit_write(outcome, lock=lock, lock_ttl_ms=lock_ttl_ms)
+        )
         cursor = None
         if write is not None:
             writes[index] = write
@@ -332,14 +293,14 @@ def _schedule_chunk(
     outcomes = []
     for index, context in enumerate(contexts):
         if context.skip:
-            outcomes.append(_Outcome(kind="nothing_new"))
+            outcomes.append(Outcome(kind="nothing_new"))
             continue
         outcome = computed[id(context)]
         if not written.get(index, True):
             # Another writer touched this job meanwhile (its ack did not go either):
             # undo and decide it on its own.
-            _undo(rt, outcome, kind=outcome.kind)
-            outcome = _schedule_single(rt, context)
+            job_decision.undo(rt, outcome, kind=outcome.kind)
+            outcome = job_decision.decide_alone(rt, context)
             acked[index] = False
         elif outcome.released:
             rt.store.release(context.per_replica, outcome.released)
@@ -362,264 +323,7 @@ class _Settled:
     to: a lease lost meanwhile is not acked again), whether any acked job has a
     newer item queued, and the scale locks the writes took."""
 
-    outcomes: list[_Outcome]
+    outcomes: list[Outcome]
     acked: list[bool]
     requeued: bool
     locks: list[ScaleLock | None]
-
-
-def _context(
-    rt: Runtime,
-    delivery: Delivery,
-    *,
-    record: JobRecord | None,
-    requests: dict[str, Resources],
-    managed: bool = False,
-    observed: dict[str, Any] | None = None,
-) -> _Context:
-    admission = delivery.queue == WAIT
-    cluster_policy = rt.settings.cluster_policy
-    if record is not None:
-        policy = record.policy
-        report_only = policy == cluster_policy
-    else:
-        # No submission: an ElasticJob of the cluster policy (the planner saw it,
-        # or the lookup found it) has its reports go to the cluster policy; any
-        # other is a report-only job (KubeML UpdateTask without CreateTask).
-        report_only = managed
-        policy = cluster_policy if report_only else rt.settings.job_policy
-    return _Context(
-        delivery=delivery,
-        job=delivery.item_id,
-        policy=policy,
-        elastic=_elastic_job(record),
-        per_replica=requests.get(delivery.item_id, Resources()),
-        admission=admission,
-        # A submission whose job is gone or finished has nothing left to admit.
-        skip=admission and (record is None or record.finished_at is not None),
-        report_only=report_only and not admission,
-        answers_every_report=record is not None
-        and record.request is not None
-        and bool(record.request.ps_url),
-        observed=observed,
-    )
-
-
-def _schedule_single(rt: Runtime, context: _Context) -> _Outcome:
-    def compute(state_raw: str | None, cursor: ScheduleCursor, generation: int) -> _Outcome:
-        return _compute(rt, context, state_raw=state_raw, cursor=cursor, generation=generation)
-
-    def undo(outcome: _Outcome) -> None:
-        _undo(rt, outcome, kind=outcome.kind)
-
-    outcome = rt.store.schedule_transaction(
-        context.job, context.policy, compute=compute, commit=_commit, on_conflict=undo
-    )
-    if outcome.released:
-        rt.store.release(context.per_replica, outcome.released)
-    return outcome
-
-
-def _commit(outcome: _Outcome, *, lock: str = "", lock_ttl_ms: int = 0) -> ScheduleWrite | None:
-    """What to write for ``outcome``; a decision that changes the target also takes
-    the job's scale lock for its scale with the token ``lock`` ('': it does not)."""
-    if outcome.cursor is None:
-        return None
-    return ScheduleWrite(
-        state=outcome.new_state,
-        cursor=outcome.cursor,
-        record=outcome.record,
-        newest_report=outcome.newest_report,
-        for_cluster=outcome.for_cluster,
-        scales=_scales(outcome),
-        scale_lock=lock if _scales(outcome) else "",
-        scale_lock_ttl_ms=lock_ttl_ms,
-    )
-
-
-def _scales(outcome: _Outcome) -> bool:
-    """Whether ``outcome`` sends a scale command (a new target, or a parameter
-    server's answer)."""
-    return outcome.changed and outcome.record is not None
-
-
-def _compute(
-    rt: Runtime,
-    context: _Context,
-    *,
-    state_raw: str | None,
-    cursor: ScheduleCursor,
-    generation: int,
-) -> _Outcome:
-    """Run the job's policy over the reports not applied yet (by queue seq)."""
-    job, policy, elastic = context.job, context.policy, context.elastic
-    fresh = [e for e in context.delivery.entries if e.seq > cursor.last_seq]
-    if not fresh:
-        return _Outcome(kind="nothing_new", target=cursor.last_target)
-    now = rt.clock.now()
-    if context.report_only:
-        return _keep_reports(rt, context, fresh=fresh, state_raw=state_raw, cursor=cursor)
-    if context.admission:
-        reports: tuple[EpochReport, ...] = (EpochReport(job=job, replicas=0, at=now),)
-    else:
-        reports = _in_epoch_order(_reports(rt, fresh), after=cursor.last_epoch)
-    result = decide(
-        policy,
-        PolicyInput(jobs=(elastic,) if elastic else (), reports=reports, now=now),
-        state=load_state(policy, state_raw),
-    )
-    last_epoch = max((r.epoch for r in reports if r.epoch is not None), default=cursor.last_epoch)
-    decision = result.plan.for_job(job)
-    new_state = result.state.model_dump_json()
-    last_seq = max(e.seq for e in fresh)
-    newest = None if context.admission or not reports else reports[-1]
-    if decision is None:
-        cursor = cursor.model_copy(update={"last_seq": last_seq, "last_epoch": last_epoch})
-        return _Outcome(
-            kind="no_decision",
-            new_state=new_state,
-            cursor=cursor,
-            newest_report=newest,
-            target=cursor.last_target,
-        )
-    previous = cursor.last_target if cursor.last_target is not None else decision.current
-    outcome = _Outcome(
-        kind="decided",
-        new_state=new_state,
-        per_replica=context.per_replica,
-        newest_report=newest,
-        policy=policy,
-        observed=context.observed,
-    )
-    if decision.target > previous:
-        decision = _clamp_to_capacity(
-            rt, decision, previous=previous, per_replica=context.per_replica, outcome=outcome
-        )
-    elif decision.target < previous:
-        outcome.released = previous - decision.target
-    if context.admission and elastic is not None and decision.target < max(elastic.min_replicas, 1):
-        return _undo(rt, outcome, kind="no_room")
-    outcome.changed = (
-        decision.target != previous
-        or cursor.last_target is None
-        or (context.answers_every_report and not context.admission)
-    )
-    outcome.record = DecisionRecord(
-        generation=generation + 1 if outcome.changed else generation,
-        at=now,
-        source="schedule",
-        decision=decision,
-    )
-    outcome.cursor = ScheduleCursor(
-        last_seq=last_seq, last_target=decision.target, last_epoch=last_epoch
-    )
-    outcome.target = decision.target
-    return outcome
-
-
-def _keep_reports(
-    rt: Runtime,
-    context: _Context,
-    *,
-    fresh: list[Any],
-    state_raw: str | None,
-    cursor: ScheduleCursor,
-) -> _Outcome:
-    """A cluster-managed job's reports: handed to the cluster policy's next round.
-
-    Exactly once and in epoch order: the reports go into the cluster policy's
-    inbox in the same compare-and-set that moves the job's cursor past them,
-    so a redelivery (a worker killed mid-schedule) finds them already taken.
-    """
-    reports = _in_epoch_order(_reports(rt, fresh), after=cursor.last_epoch)
-    last_epoch = max((r.epoch for r in reports if r.epoch is not None), default=cursor.last_epoch)
-    cursor = cursor.model_copy(
-        update={"last_seq": max(e.seq for e in fresh), "last_epoch": last_epoch}
-    )
-    return _Outcome(
-        kind="no_decision",
-        new_state=state_raw or "",
-        cursor=cursor,
-        newest_report=reports[-1] if reports else None,
-        policy=context.policy,
-        for_cluster=reports,
-        target=cursor.last_target,
-    )
-
-
-def _undo(rt: Runtime, outcome: _Outcome, *, kind: Any) -> _Outcome:
-    if outcome.reserved:
-        rt.store.release(outcome.per_replica, outcome.reserved)
-    outcome.reserved = 0
-    outcome.kind = kind
-    return outcome
-
-
-def _clamp_to_capacity(
-    rt: Runtime,
-    decision: ScalingDecision,
-    *,
-    previous: int,
-    per_replica: Resources,
-    outcome: _Outcome,
-) -> ScalingDecision:
-    wanted = decision.target - previous
-    reservation = rt.store.reserve(per_replica, wanted)
-    outcome.reserved = reservation.granted
-    if not reservation.constrained:
-        return decision
-    target = previous + reservation.granted
-    reason = Reason(
-        rule=f"{decision.reason.rule}+capacity",
-        message=(
-            f"{decision.reason.message}; clamped to {target}: the newest cluster plan "
-            f"leaves room for {reservation.granted} more replica(s)"
-        ),
-        numbers={
-            **decision.reason.numbers,
-            "unclamped_target": decision.target,
-            "granted": reservation.granted,
-        },
-    )
-    return decision.model_copy(update={"target": target, "reason": reason})
-
-
-def _reports(rt: Runtime, entries: Any) -> list[EpochReport]:
-    reports = []
-    for entry in entries:
-        try:
-            reports.append(EpochReport.model_validate(entry.data))
-        except ValidationError as error:  # validated on the way in; kept for safety
-            rt.dead_letters.add(
-                task="trainscaler.schedule", payload=entry.data, error=str(error), at=rt.clock.now()
-            )
-    return reports
-
-
-def _in_epoch_order(reports: list[EpochReport], *, after: int | None) -> tuple[EpochReport, ...]:
-    """Drop reports of an epoch already decided on: a redelivered ``report_epoch``
-    pushes its report again, and KubeML's policy must see each epoch once."""
-    kept = []
-    newest = after
-    for report in reports:
-        if report.epoch is not None and newest is not None and report.epoch <= newest:
-            continue
-        kept.append(report)
-        if report.epoch is not None:
-            newest = report.epoch
-    return tuple(kept)
-
-
-def _elastic_job(record: JobRecord | None) -> ElasticJob | None:
-    if record is None or record.request is None:
-        return None
-    namespace, _, name = record.job.partition("/")
-    request = record.request
-    return ElasticJob(
-        namespace=namespace,
-        name=name,
-        min_replicas=request.min_replicas,
-        max_replicas=request.max_replicas,
-        policy=record.policy,
-        default_parallelism=request.options.default_parallelism,
-    )

@@ -12,7 +12,7 @@ import pytest
 
 from scheduler_core.models import EpochReport
 from tests.unit.runtime_fixtures import FixedClock, round_trips, rt, server
-from workers import handlers, scheduling
+from workers import handlers, job_decision
 from workers.adapters.redis_queue import TRAIN, QueueFullError
 from workers.adapters.redis_server import EmbeddedRedis
 from workers.adapters.state_store import JobRecord
@@ -155,7 +155,7 @@ def test_a_decision_that_lost_its_compare_and_set_is_neither_acked_nor_answered_
     job = "default/conflict"
     key = new_reply_key(rt)
     accept_report(rt, EpochReport(job=job, replicas=0, epoch=0), reply_to=key)
-    compute = scheduling._compute
+    compute = job_decision.compute
     touched: list[int] = []
 
     def compute_then_touch(*args: Any, **kwargs: Any) -> Any:
@@ -164,7 +164,7 @@ def test_a_decision_that_lost_its_compare_and_set_is_neither_acked_nor_answered_
             touched.append(int(rt.redis.incr(rt.store.job_key(job, "generation"))))
         return outcome
 
-    monkeypatch.setattr(scheduling, "_compute", compute_then_touch)
+    monkeypatch.setattr(job_decision, "compute", compute_then_touch)
     sent: list[handlers.ScaleCommand] = []
     handlers.schedule_once(rt, send_scales=sent.extend)
     # Decided again on its own, over the generation the other writer took: one
