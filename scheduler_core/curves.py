@@ -30,7 +30,7 @@ Everything is stdlib: this module is part of the pure core.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -181,10 +181,3 @@ class Curve:
 def packed_nodes(replicas: int, gpus_per_node: int) -> int:
     """Fewest nodes that hold ``replicas`` one-GPU replicas."""
     return -(-replicas // max(gpus_per_node, 1))
-
-
-def curve_layers(
-    app_points: Mapping[str, list[CurvePoint]], application: str | None, *, own: list[CurvePoint]
-) -> list[list[CurvePoint]]:
-    shared = app_points.get(application, []) if application is not None else []
-    return [shared, own]

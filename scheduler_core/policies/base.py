@@ -68,12 +68,6 @@ class Policy(Protocol[ParamsT, StateT]):
     ) -> PolicyResult[StateT]: ...
 
 
-class ForgetsJobs(Protocol[StateT]):
-    """Optional: a policy whose state holds per-job entries (KubeML ``taskFinished``)."""
-
-    def forget(self, state: StateT, job: str) -> StateT: ...
-
-
 class LoadCap(PolicyParams):
     """Parameters shared in shape (not in code) by the cluster-aware policies."""
 
@@ -88,8 +82,3 @@ def in_round_order(reports: Sequence[EpochReport]) -> tuple[EpochReport, ...]:
     round's reports reach the policy identically in both.
     """
     return tuple(sorted(reports, key=lambda r: (r.at, r.job)))
-
-
-def sorted_jobs(jobs: Sequence[ElasticJob]) -> list[ElasticJob]:
-    """Jobs in a canonical order, so input order never changes a plan."""
-    return sorted(jobs, key=lambda j: (j.namespace, j.name))

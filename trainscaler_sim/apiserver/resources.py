@@ -309,10 +309,6 @@ class ResourceRegistry:
         with self._lock:
             return list(self._types.values())
 
-    def storages(self) -> list[str]:
-        with self._lock:
-            return sorted({t.storage for t in self._types.values()})
-
     def namespaced_storages(self) -> list[ResourceType]:
         """One type per namespaced storage (the first registered), for namespace cleanup."""
         chosen: dict[str, ResourceType] = {}

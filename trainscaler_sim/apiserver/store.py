@@ -149,10 +149,6 @@ class ObjectStore:
         with self._lock:
             return sum(len(names) for names in self._objects.get(storage, {}).values())
 
-    def namespaces_in_use(self, storage: str) -> list[str]:
-        with self._lock:
-            return [ns for ns, names in self._objects.get(storage, {}).items() if names]
-
     def dependents(self, owner_uid: str) -> list[tuple[str, ObjectKey]]:
         """(storage, (namespace, name)) of objects whose ownerReferences name ``owner_uid``."""
         with self._lock:

@@ -67,12 +67,6 @@ class Matrix:
     def summaries(self) -> list[Summary]:
         return [r.summary() for r in self.results]
 
-    def avg_jct(self, policy: str, workload: str) -> float:
-        for result in self.results:
-            if result.policy == policy and result.workload == workload:
-                return result.summary().avg_jct_s
-        return math.nan
-
 
 def run_matrix(
     workloads: Sequence[Path],

@@ -86,10 +86,6 @@ class Delivery:
     enqueued_at: float
     entries: tuple[QueueEntry, ...]
 
-    @property
-    def delivery_id(self) -> str:
-        return f"{self.token}:{self.item_id}"
-
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -154,16 +150,6 @@ class RedisSchedulerQueue:
         reply = self._push(keys=[*self.keys, wake_key], args=args)
         merged, seq = self.push_result(queue, item_id, reply=reply)
         return merged, seq, bool(int(reply[2]))
-
-    def push_in(
-        self, pipe: Any, queue: str, *, item_id: str, payload: Mapping[str, Any], now: float
-    ) -> None:
-        """Queue the push on a pipeline; read its reply with ``push_result``."""
-        self._push(
-            keys=self.keys,
-            args=self._push_args(queue, item_id, payload=payload, now=now),
-            client=pipe,
-        )
 
     def _push_args(
         self, queue: str, item_id: str, *, payload: Mapping[str, Any], now: float

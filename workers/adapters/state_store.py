@@ -40,7 +40,6 @@ Key layout (``P`` is ``Settings.redis_key_prefix``, default ``trainscaler:``;
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -416,14 +415,6 @@ class StateStore(PendingScales):
 
     # --- metrics -----------------------------------------------------------------
 
-    def save_last_report(self, report: EpochReport, *, pipe: Any = None) -> None:
-        """Keep the newest pushed report (queued on ``pipe`` when given)."""
-        target = pipe if pipe is not None else self.redis.pipeline(transaction=False)
-        target.set(self.job_key(report.job, "last_report"), report.model_dump_json())
-        target.sadd(self.key("jobs"), report.job)
-        if pipe is None:
-            target.execute()
-
     def last_report(self, job: str) -> EpochReport | None:
         raw = self.redis.get(self.job_key(job, "last_report"))
         return EpochReport.model_validate_json(raw) if raw else None
@@ -485,10 +476,6 @@ class StateStore(PendingScales):
     def clear_flag(self, name: str, *, pipe: Any = None) -> None:
         """Delete a flag (on ``pipe``: queued)."""
         (pipe if pipe is not None else self.redis).delete(self.key(name))
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 __all__ = [
