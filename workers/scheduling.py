@@ -112,7 +112,9 @@ def schedule_once(
         late: list[Delivery] = []
         answers: dict[str, str] = {}
         decided: list[tuple[str, str]] = []  # (policy, direction), counted once per chunk
-        settled = _schedule_chunk(rt, chunk, requests=requests, planned=planned, known=known)
+        settled = _schedule_chunk(
+            rt, chunk, requests=requests, planned=planned, policies=policies, known=known
+        )
         known = None  # read before the first pop: only that chunk may use it
         for delivery, outcome, acked, lock in zip(
             chunk, settled.outcomes, settled.acked, settled.locks, strict=True
@@ -208,13 +210,14 @@ def _schedule_chunk(
     *,
     requests: dict[str, Resources],
     planned: dict[str, str],
+    policies: tuple[str, ...],
     known: _Known | None = None,
 ) -> _Settled:
     # The job and cluster policies' states are read with the records, before it is
     # known which drives each job: one round trip, not two (another policy, named by
     # an older record, is read on its own below), and none for the jobs read already
-    # (``known``; a value changed since makes their compare-and-set fail and redo).
-    policies = _chunk_policies(rt)
+    # (``known``, read for the same ``policies``; a value changed since makes their
+    # compare-and-set fail and redo).
     unread_jobs = [d.item_id for d in chunk if known is None or d.item_id not in known.jobs]
     records, prefetched = rt.store.read_chunk(unread_jobs, policies=policies)
     if known is not None:
