@@ -310,16 +310,17 @@ def test_curve_interpolates_and_probes_while_scaling() -> None:
     curve = Curve.from_points(
         [
             [
-                CurvePoint(replicas=1, seconds_per_unit=1.0),
-                CurvePoint(replicas=4, seconds_per_unit=0.5),
+                CurvePoint(replicas=2, seconds_per_unit=1.0),
+                CurvePoint(replicas=6, seconds_per_unit=0.5),
             ]
         ],
         threshold=0.8,
     )
-    assert curve.efficiency(4) == 0.5
-    assert curve.efficient_size(16) == (1, False)
-    # Between 1 and 4, GPU-seconds per unit are interpolated: 1.0 -> 2.0.
-    assert curve.unit_time(2) == pytest.approx((1.0 + (2.0 - 1.0) / 3) / 2)
+    # One replica's time is bounded by the best GPU-seconds: 2 x 1.0.
+    assert curve.efficiency(6) == pytest.approx(2.0 / 3.0)
+    assert curve.efficient_size(16) == (2, False)
+    # Between 2 and 6, GPU-seconds per unit are interpolated: 2.0 -> 3.0.
+    assert curve.unit_time(4) == pytest.approx((2.0 + (3.0 - 2.0) / 2) / 4)
 
 
 def test_points_stay_bounded() -> None:

@@ -22,20 +22,20 @@ def _curve(points: dict[int, float], threshold: float) -> Curve:
 @pytest.mark.parametrize(
     ("points", "threshold", "replicas", "expected"),
     [
-        # Efficiency 1 at 4 (t1 = 4, t4 = 1): perfect scaling, t(8) = 1 / 2 = 0.5.
-        ({1: 4.0, 2: 2.0, 4: 1.0}, 0.9, 8, 0.5),
+        # Efficiency 1 at 4 (t2 = 2, t4 = 1): perfect scaling, t(8) = 1 / 2 = 0.5.
+        ({2: 2.0, 4: 1.0}, 0.9, 8, 0.5),
         # ... and t(6) = 1 / (1 + 0.5 x 1) = 0.6667.
-        ({1: 4.0, 2: 2.0, 4: 1.0}, 0.9, 6, 1 / 1.5),
-        # Efficiency 0.8 at 4 (t1 = 4, t4 = 1.25): t(8) = 1.25 / (1 + 1 x 0.8) = 0.6944
-        # (perfect scaling promised 0.625).
-        ({1: 4.0, 4: 1.25}, 0.7, 8, 1.25 / 1.8),
-        # Efficiency 0.7 at 8 (t1 = 5.6, t8 = 1): t(16) = 1 / 1.7 = 0.5882, and past
-        # twice the top nothing more: t(32) = t(16).
-        ({1: 5.6, 8: 1.0}, 0.675, 16, 1 / 1.7),
-        ({1: 5.6, 8: 1.0}, 0.675, 32, 1 / 1.7),
+        ({2: 2.0, 4: 1.0}, 0.9, 6, 1 / 1.5),
+        # Efficiency 0.8 at 4 (one replica bounded by 2 x t2 = 4, t4 = 1.25):
+        # t(8) = 1.25 / (1 + 1 x 0.8) = 0.6944 (perfect scaling promised 0.625).
+        ({2: 2.0, 4: 1.25}, 0.7, 8, 1.25 / 1.8),
+        # Efficiency 0.7 at 8 (one replica 2 x 2.8 = 5.6, t8 = 1): t(16) = 1 / 1.7 =
+        # 0.5882, and past twice the top nothing more: t(32) = t(16).
+        ({2: 2.8, 8: 1.0}, 0.675, 16, 1 / 1.7),
+        ({2: 2.8, 8: 1.0}, 0.675, 32, 1 / 1.7),
         # The same curve below the threshold (0.7 < 0.9) is not still scaling: no
         # probe is predicted, the top's time holds beyond it.
-        ({1: 5.6, 8: 1.0}, 0.9, 16, 1.0),
+        ({2: 2.8, 8: 1.0}, 0.9, 16, 1.0),
     ],
 )
 def test_probe_prediction(
@@ -45,7 +45,7 @@ def test_probe_prediction(
 
 
 def test_a_probe_never_promises_more_than_perfect_scaling() -> None:
-    curve = _curve({1: 4.0, 4: 1.25}, 0.7)
+    curve = _curve({2: 2.0, 4: 1.25}, 0.7)
     for n in range(5, 9):
         assert curve.unit_time(n) >= 1.25 * 4 / n  # perfect scaling from the top
         assert curve.unit_time(n) < curve.unit_time(n - 1)  # still a gain

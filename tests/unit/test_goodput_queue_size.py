@@ -23,10 +23,11 @@ def _curve(points: dict[int, float], threshold: float = 0.9) -> Curve:
     )
 
 
-# Efficiency 1, 0.909, 0.8, 0.625: not still scaling at 8 (0.625 < 0.9), no probe.
-FLAT = {1: 8.0, 2: 4.4, 4: 2.5, 8: 1.6}
+# One replica bounded by 2 x 4.4 = 8.8: efficiency 1, 0.88, 0.6875: not still
+# scaling at 8 (0.6875 < 0.9), no probe.
+FLAT = {2: 4.4, 4: 2.5, 8: 1.6}
 # Efficiency 1 up to 4: still scaling, the probe at 8 is predicted at t = 0.5.
-LINEAR = {1: 4.0, 2: 2.0, 4: 1.0}
+LINEAR = {2: 2.0, 4: 1.0}
 
 
 @pytest.mark.parametrize(
@@ -34,14 +35,20 @@ LINEAR = {1: 4.0, 2: 2.0, 4: 1.0}
     [
         # Alone (w = 0): the fastest measured size.
         (FLAT, 0.0, (1, 64), (8, False)),
-        # w = 1/64: 8 x 1.016 = 8.125, 4.4 x 1.031 = 4.54, 2.5 x 1.0625 = 2.66, 1.6 x 1.125 = 1.8.
+        # w = 1/64: 4.4 x 1.031 = 4.54, 2.5 x 1.0625 = 2.66, 1.6 x 1.125 = 1.8.
         (FLAT, 1 / 64, (1, 64), (8, False)),
-        # w = 0.5: 8 x 1.5 = 12, 4.4 x 2 = 8.8, 2.5 x 3 = 7.5, 1.6 x 5 = 8: 4.
+        # w = 0.5: 4.4 x 2 = 8.8, 2.5 x 3 = 7.5, 1.6 x 5 = 8: 4.
         (FLAT, 0.5, (1, 64), (4, False)),
-        # w = 2: 8 x 3 = 24, 4.4 x 5 = 22, 2.5 x 9 = 22.5, 1.6 x 17 = 27.2: 2.
+        # w = 2: 4.4 x 5 = 22, 2.5 x 9 = 22.5, 1.6 x 17 = 27.2: 2.
         (FLAT, 2.0, (1, 64), (2, False)),
-        # w = 10: 8 x 11 = 88 < 4.4 x 21 = 92.4: 1 (fewest GPU-seconds).
-        (FLAT, 10.0, (1, 64), (1, False)),
+        # w = 10: 4.4 x 21 = 92.4 < 2.5 x 41 = 102.5: 2 (fewest GPU-seconds).
+        (FLAT, 10.0, (1, 64), (2, False)),
+        # Rule goodput.single: a measured one-replica point (8 x 11 = 88 < 92.4)
+        # is off the curve once 2 is measured: still 2, not 1.
+        ({1: 8.0, **FLAT}, 10.0, (1, 64), (2, False)),
+        # ... but it is the curve while it is the only point: 1, and the probe
+        # at 2 (perfect scaling promised: 4 x 21 = 84 < 88) is due.
+        ({1: 8.0}, 10.0, (1, 64), (2, True)),
         # Bounds: only measured counts within [2, 4]: w = 0 gives 4.
         (FLAT, 0.0, (2, 4), (4, False)),
         # Still scaling: the probe at 8 (0.5 x 9 = 4.5 < 1 x 5 = 5 at w = 1).
@@ -49,9 +56,9 @@ LINEAR = {1: 4.0, 2: 2.0, 4: 1.0}
         # ... but never past max_replicas: 4, no probe.
         (LINEAR, 0.0, (1, 4), (4, False)),
         # Measured counts below min 3: only the probe (clamped to max 3) is a candidate.
-        ({1: 4.0, 2: 2.0}, 0.0, (3, 3), (3, True)),
-        # Nothing within bounds and not scaling (efficiency 0.5 at 2): no size from this rule.
-        ({1: 1.0, 2: 1.0}, 0.0, (4, 8), None),
+        ({2: 2.0}, 0.0, (3, 3), (3, True)),
+        # Nothing within bounds and not scaling (efficiency 0.5 at 4): no size from this rule.
+        ({2: 1.0, 4: 1.0}, 0.0, (8, 16), None),
     ],
 )
 def test_queue_size(
@@ -66,9 +73,9 @@ def test_queue_size(
 
 
 def test_ties_go_to_the_smaller_size() -> None:
-    # w = 1: t(1) x 2 = 4 x 2 = 8, t(2) x 3 = (8/3) x 3 = 8: a tie, 1 wins.
-    curve = _curve({1: 4.0, 2: 8 / 3}, threshold=0.9)
-    assert curve.queue_size(1.0, min_replicas=1, max_replicas=2) == (1, False)
+    # w = 0.5: t(2) x 2 = 4 x 2 = 8, t(4) x 3 = (8/3) x 3 = 8: a tie, 2 wins.
+    curve = _curve({2: 4.0, 4: 8 / 3}, threshold=0.9)
+    assert curve.queue_size(0.5, min_replicas=1, max_replicas=4) == (2, False)
 
 
 def _state(points: dict[int, float]) -> GoodputState:

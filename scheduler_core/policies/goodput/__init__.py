@@ -35,7 +35,9 @@ What it decides, and where
   R(n) x (1 + n x (jobs - 1) / GPUs), probing twice the largest measured
   count while the curve still scales; rule ``goodput.probe``,
   ``scheduler_core.curves``: the probe's predicted gain is discounted by the
-  efficiency the curve has lost at its top, speedup 1 + (n / top - 1) x e).
+  efficiency the curve has lost at its top, speedup 1 + (n / top - 1) x e;
+  rule ``goodput.single``: a one-replica point is off the curve once a
+  larger count is measured, since one replica exchanges no gradients).
 * ``allocate``: the ranked pass: sizes as far as GPUs last, and the rules
   that make a start wait (``goodput.admit``, ``goodput.soon``,
   ``goodput.protect``) or a grow wait (``goodput.measure``); leftovers.
@@ -48,8 +50,8 @@ What it decides, and where
 Measured
 --------
 On workloads 1-4 of the Pollux traces (own simulator, Kubernetes-style
-placement; ``python -m bench.policies``) goodput is 0.806x Tiresias's
-average JCT (geomean), at most 0.861x on one workload, at most 1.14 restarts
+placement; ``python -m bench.policies``) goodput is 0.799x Tiresias's
+average JCT (geomean), at most 0.853x on one workload, at most 1.03 restarts
 per job; every rule above was adopted on that bench and its four families of
 generated variants. What each rule changed, per application, and every
 variant measured and not adopted (with why) is in docs/simulator.md,
