@@ -13,10 +13,20 @@ A :class:`Curve` answers, from those points alone (no fitted shape):
   interpolated linearly in GPU-seconds per unit; below the smallest, perfect
   scaling is assumed; above the largest, no further speedup, except that while
   the curve still scales (efficiency at the largest count >= the threshold) up
-  to twice the largest count is predicted with the added replicas' gain
-  discounted by the efficiency already lost (rule goodput.probe): that is
-  the probe worth making (KubeML's +1, doubling so that finding the knee
-  costs log(n) restarts instead of n);
+  to ``probe_factor`` x the largest count is predicted with the added
+  replicas' gain discounted by the efficiency already lost (rule
+  goodput.probe): that is the probe worth making;
+* rule ``goodput.reach``: a probe goes to ``probe_factor`` (4) x the largest
+  measured count, two doublings at once. KubeML adds one replica and finds
+  the knee in n restarts, doubling in log2(n); quadrupling halves that again,
+  and 4 x a power of two (or of a whole node) is still node-friendly. Every
+  probe is an epoch at a size the curve has not confirmed, so a curve that
+  scales to 32 from a start at 2 spent four epochs probing at doubling; the
+  jobs that need large counts (imagenet, deepspeech2/640, cifar10/4096) ran
+  most of their life below them. Measured (issue 18, docs/simulator.md,
+  eighth try) with rule goodput.between: workloads 1-4 0.799 -> 0.770x
+  Tiresias, arrivals-1.5x 0.818 -> 0.772, every one of seven held-out
+  variant families better; 3x and 8x were both worse than 4x;
 * ``efficiency(n)``: speedup per replica against one replica (one replica's
   time is measured, or bounded by the best GPU-seconds per unit seen);
 * rule ``goodput.single``: a one-replica point counts only while it is the
@@ -33,7 +43,12 @@ A :class:`Curve` answers, from those points alone (no fitted shape):
 * ``efficient_size(threshold)``: the largest measured count whose efficiency
   is at least ``threshold``, and whether a probe beyond it is due;
 * ``queue_size(weight)``: the size that pays for its GPUs when ``weight``
-  other jobs per GPU compete for them (rule goodput.queue).
+  other jobs per GPU compete for them (rule goodput.queue), among the
+  measured counts, the probe and (rule ``goodput.between``) every
+  node-friendly count between the smallest and largest measured one,
+  predicted by the same interpolation in GPU-seconds ``unit_time`` uses: a
+  curve measured at 4 and 16 may be best used at 8 or 12, which doubling
+  probes never measure.
 
 Everything is stdlib: this module is part of the pure core.
 """
@@ -41,10 +56,13 @@ Everything is stdlib: this module is part of the pure core.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
+
+from scheduler_core.node_packing import node_friendly
 
 
 class CurvePoint(BaseModel):
@@ -87,14 +105,24 @@ class Curve:
     replicas: tuple[int, ...]
     seconds: tuple[float, ...]
     threshold: float
+    # Rule goodput.reach: a probe goes to this many times the largest measured count.
+    probe_factor: float = 4.0
 
     @classmethod
-    def from_points(cls, layers: Iterable[Iterable[CurvePoint]], *, threshold: float) -> Curve:
+    def from_points(
+        cls,
+        layers: Iterable[Iterable[CurvePoint]],
+        *,
+        threshold: float,
+        probe_factor: float = 4.0,
+    ) -> Curve:
         """Later layers override earlier ones at the same count (job over application).
 
         Rule goodput.single: once a count of 2 or more is measured, the
         one-replica point is left out (see the module docstring).
         """
+        if probe_factor <= 1:
+            raise ValueError(f"probe_factor must be above 1, got {probe_factor}")
         table: dict[int, float] = {}
         for layer in layers:
             for point in layer:
@@ -103,7 +131,7 @@ class Curve:
         if len(table) > 1:
             table.pop(1, None)
         ordered = sorted(table)
-        return cls(tuple(ordered), tuple(table[n] for n in ordered), threshold)
+        return cls(tuple(ordered), tuple(table[n] for n in ordered), threshold, probe_factor)
 
     @property
     def known(self) -> bool:
@@ -112,6 +140,11 @@ class Curve:
     @property
     def largest(self) -> int:
         return self.replicas[-1] if self.replicas else 0
+
+    @property
+    def probe_reach(self) -> int:
+        """Rule goodput.reach: the count a probe goes to (above the largest measured)."""
+        return max(math.floor(self.probe_factor * self.largest), self.largest + 1)
 
     def one_replica_time(self) -> float:
         if self.replicas and self.replicas[0] == 1:
@@ -134,7 +167,7 @@ class Curve:
         if replicas >= ns[-1]:
             top = ns[-1]
             if replicas > top and self.still_scaling():
-                return self._probe_time(min(replicas, 2 * top))
+                return self._probe_time(min(replicas, self.probe_reach))
             return ts[-1]
         i = bisect.bisect_left(ns, replicas)
         if ns[i] == replicas:
@@ -144,7 +177,7 @@ class Curve:
         return (g0 + (g1 - g0) * (replicas - n0) / (n1 - n0)) / replicas
 
     def _probe_time(self, replicas: int) -> float:
-        """Seconds per unit predicted at ``replicas`` (top < replicas <= 2 x top).
+        """Seconds per unit predicted at ``replicas`` (top < replicas <= the probe's reach).
 
         Rule goodput.probe: the relative gain of the added replicas is
         discounted by the efficiency the curve has already lost at its top:
@@ -171,7 +204,7 @@ class Curve:
         return best, probe
 
     def queue_size(
-        self, weight: float, *, min_replicas: int, max_replicas: int
+        self, weight: float, *, min_replicas: int, max_replicas: int, gpus_per_node: int
     ) -> tuple[int, bool] | None:
         """Rule goodput.queue: (size, probe) minimising t(n) x (1 + n x ``weight``).
 
@@ -180,15 +213,22 @@ class Curve:
         delays every other job in the cluster by about n x R(n) / cluster GPUs
         (fluid approximation), so with ``weight`` = other jobs / cluster GPUs
         the objective is the job's own time plus the delay it causes.
-        Candidates: the measured counts within [min, max] and, while the curve
-        still scales, twice the largest (the probe, clamped to the bounds).
+        Candidates: the measured counts within [min, max], every node-friendly
+        count between the smallest and the largest measured (rule
+        goodput.between, interpolated) and, while the curve still scales, the
+        probe (rule goodput.reach, clamped to the bounds).
         Alone, a job takes its fastest size; behind a long queue, the size
         with the fewest GPU-seconds. Ties go to the smaller size. ``None``
         when no candidate is within bounds.
         """
-        candidates = [n for n in self.replicas if min_replicas <= n <= max_replicas]
+        between = (
+            n
+            for n in range(self.replicas[0] + 1, self.largest)
+            if node_friendly(n, gpus_per_node) == n
+        )
+        candidates = [n for n in (*self.replicas, *between) if min_replicas <= n <= max_replicas]
         if self.still_scaling() and self.largest < max_replicas:
-            candidates.append(min(max(2 * self.largest, min_replicas), max_replicas))
+            candidates.append(min(max(self.probe_reach, min_replicas), max_replicas))
         if not candidates:
             return None
         best = min(candidates, key=lambda n: (self.unit_time(n) * (1 + n * weight), n))

@@ -306,7 +306,7 @@ def test_learns_curve_points_from_clean_reports_only() -> None:
 
 def test_curve_interpolates_and_probes_while_scaling() -> None:
     curve = Curve.from_points([[CurvePoint(replicas=2, seconds_per_unit=1.0)]], threshold=0.8)
-    assert curve.efficient_size(16) == (2, True)  # still scaling: probe 4
+    assert curve.efficient_size(16) == (2, True)  # still scaling: a probe is due
     curve = Curve.from_points(
         [
             [

@@ -45,6 +45,11 @@ def test_standalone_seconds(traces: dict[str, ApplicationTrace]) -> None:
         ("arrivals-1.5x", [150.0 * i for i in range(8)]),
         ("resampled", [100.0 * i for i in range(8)]),
         ("long-2x", [100.0 * i for i in range(8)]),
+        ("arrivals-0.6x", [60.0 * i for i in range(8)]),
+        ("arrivals-2x", [200.0 * i for i in range(8)]),
+        ("resampled-b", [100.0 * i for i in range(8)]),
+        ("long-2x-b", [100.0 * i for i in range(8)]),
+        ("resampled-arrivals-1.5x", [150.0 * i for i in range(8)]),
     ],
 )
 def test_variants_keep_the_job_count_and_scale_only_what_they_say(
@@ -55,7 +60,7 @@ def test_variants_keep_the_job_count_and_scale_only_what_they_say(
     jobs = out[f"{family}/w1"]
     assert [j.arrival_s for j in jobs] == arrivals
     assert len({j.name for j in jobs}) == len(jobs)
-    if family == "long-2x":
+    if family.startswith("long-2x"):
         # 2 long jobs of 8 in the base: twice that share is 4 of 8.
         assert sum(j.application == "toy" for j in jobs) == 4
     # Deterministic: the same variant every time.
@@ -65,3 +70,17 @@ def test_variants_keep_the_job_count_and_scale_only_what_they_say(
 def test_unknown_family_is_an_error(traces: dict[str, ApplicationTrace]) -> None:
     with pytest.raises(ValueError, match="unknown variant family"):
         variant_family("nope", _base(), traces=traces)
+
+
+def test_held_out_families_draw_other_jobs(traces: dict[str, ApplicationTrace]) -> None:
+    # Same base, other seeds: the held-out resample is not the bench's resample.
+    base = {str(k): _base()["1"] * 3 for k in range(1, 5)}
+    mixes = {
+        family: [
+            (j.application, j.requested_replicas)
+            for jobs in variant_family(family, base, traces=traces).values()
+            for j in jobs
+        ]
+        for family in ("resampled", "resampled-b")
+    }
+    assert mixes["resampled"] != mixes["resampled-b"]

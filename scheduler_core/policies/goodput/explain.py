@@ -8,7 +8,9 @@ the job's updated book. The rule named is the one that decided the target:
 ``goodput.wait``, ``goodput.start`` (with ``goodput.shape``'s predicted
 nodes and slowdown), ``goodput.preempt``, ``goodput.grow`` and
 ``goodput.shrink``; a grow or start sized by ``goodput.queue`` says the GPU
-price it was sized at. Every number the decision used goes in ``numbers``.
+price it was sized at, and whether the size is a probe (``goodput.reach``)
+or a count interpolated between measured ones (``goodput.between``). Every
+number the decision used goes in ``numbers``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,16 @@ def decide_job(
             f"; goodput.queue: size {plan.efficient} at {plan.gpu_weight:.2f}"
             " jobs per GPU competing"
         )
+        if plan.probe and plan.curve is not None:
+            message += (
+                f"; goodput.reach: probes {plan.want} ({params.probe_factor:g} x the"
+                f" largest measured count {plan.curve.largest})"
+            )
+        elif plan.curve is not None and plan.efficient not in plan.curve.replicas:
+            message += (
+                f"; goodput.between: {plan.efficient} interpolated between measured"
+                f" counts {', '.join(map(str, plan.curve.replicas))}"
+            )
     if plan.known and target > 0:
         message += f"; estimated remaining {remaining_now:.0f}s"
     decision = ScalingDecision(

@@ -33,6 +33,9 @@ class GoodputParams(LoadCap):
     # the widest, longest jobs stop tracking every freed GPU (issue 18: 10-15%
     # fewer restarts per job on workloads 1-4 and every variant family).
     hold_fraction: float = Field(default=0.15, ge=0)
+    # Rule goodput.reach: a probe goes to this many times the largest measured
+    # count (two doublings at once; issue 18, eighth try: 3 and 8 both worse).
+    probe_factor: float = Field(default=4.0, gt=1)
     # Seconds of rank a waiting job gains per second waited (bounds every wait).
     aging: float = Field(default=0.3, ge=0)
     # A running job is ranked as if its remaining time were this many times

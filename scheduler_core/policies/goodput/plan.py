@@ -23,8 +23,10 @@ ranked pass (``allocate``) and the explanation (``explain``) work from.
   application) at most there; both are admitted only into GPUs that are free
   now, never by preempting.
 * **Size** (rule ``goodput.queue``). Each job in turn gets its efficient
-  size, as far as GPUs last: among its measured counts (and the probe, twice
-  the largest, while the curve still scales at the threshold), the n that
+  size, as far as GPUs last: among its measured counts (and the probe,
+  ``probe_factor`` x the largest, while the curve still scales at the
+  threshold; rule goodput.reach) and the node-friendly counts between the
+  measured ones (rule goodput.between, interpolated), the n that
   minimises R(n) x (1 + n x w), with w = (jobs in the cluster - 1) / GPUs.
   Holding n GPUs for R(n) seconds delays each other job by about n x R(n) /
   GPUs (fluid approximation), so this is the job's own time plus the delay it
@@ -106,13 +108,20 @@ def estimate(
     apps: dict[str, GoodputApp],
     params: GoodputParams,
     weight: float,
+    gpus_per_node: int,
 ) -> JobPlan:
     app = apps.get(book.application) if book.application is not None else None
     layers = [app.points if app is not None else [], book.points]
-    curve: Curve | None = Curve.from_points(layers, threshold=params.efficiency_threshold)
+    curve: Curve | None = Curve.from_points(
+        layers, threshold=params.efficiency_threshold, probe_factor=params.probe_factor
+    )
     provisional = False
     if curve is not None and not curve.known and book.provisional is not None:
-        curve = Curve.from_points([[book.provisional]], threshold=params.efficiency_threshold)
+        curve = Curve.from_points(
+            [[book.provisional]],
+            threshold=params.efficiency_threshold,
+            probe_factor=params.probe_factor,
+        )
         provisional = True
     if curve is not None and not curve.known:
         curve = None
@@ -137,13 +146,19 @@ def estimate(
     sized = (
         None
         if provisional
-        else curve.queue_size(weight, min_replicas=job.min_replicas, max_replicas=job.max_replicas)
+        else curve.queue_size(
+            weight,
+            min_replicas=job.min_replicas,
+            max_replicas=job.max_replicas,
+            gpus_per_node=gpus_per_node,
+        )
     )
     if sized is not None:
         # Rule goodput.queue: the size that pays for its GPUs at today's demand.
         size, probe = sized
         efficient = min(size, curve.largest)
-    want = job.clamp(2 * efficient) if probe else efficient
+    # Rule goodput.reach: a probe goes to probe_factor x the largest measured count.
+    want = job.clamp(curve.probe_reach) if probe else efficient
     plan = JobPlan(job, book, running, curve, remaining, efficient, want, probe, 0.0, settled)
     plan.spread = app.spread if app is not None else []
     plan.gpu_weight = weight if sized is not None else None
