@@ -25,8 +25,9 @@ A :class:`Curve` answers, from those points alone (no fitted shape):
   jobs that need large counts (imagenet, deepspeech2/640, cifar10/4096) ran
   most of their life below them. Measured (issue 18, docs/simulator.md,
   eighth try) with rule goodput.between: workloads 1-4 0.799 -> 0.770x
-  Tiresias, arrivals-1.5x 0.818 -> 0.772, every one of seven held-out
-  variant families better; 3x and 8x were both worse than 4x;
+  Tiresias (0.760 with rule goodput.spare, which keeps a running job's
+  probe to GPUs nobody holds), arrivals-1.5x 0.818 -> 0.772, every one of
+  seven held-out variant families better; 3x and 8x were both worse than 4x;
 * ``efficiency(n)``: speedup per replica against one replica (one replica's
   time is measured, or bounded by the best GPU-seconds per unit seen);
 * rule ``goodput.single``: a one-replica point counts only while it is the

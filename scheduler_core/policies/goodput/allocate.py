@@ -20,6 +20,15 @@ the budget lasts, then shares what is left.
   an epoch measures nothing and was the main source of resizes reversed
   within three rounds. Forced shrinks are not affected; a job far below its
   size (a patience start) may grow at once.
+* **Probes only into spare GPUs** (rule ``goodput.spare``). A running job's
+  probe (a size beyond every count its curve measured) takes only GPUs that
+  nobody holds: it never shrinks or preempts a running job for a gain the
+  curve has not confirmed, and the job keeps at least its largest measured
+  count. Measured (issue 18, eighth try): with probes at 4x (rule
+  ``goodput.reach``) the wider probes took GPUs from the longest running
+  jobs; capping them gives a better geomean on workloads 1-4 and on every
+  variant family, single run and ensemble. A start's probe is not capped:
+  the start is priced by ``goodput.protect``, and capping it measured worse.
 * **Wait for GPUs that come free** (rule ``goodput.soon``). A start that
   would take GPUs from running jobs waits when jobs predicted to finish
   within the horizon free them: one round (the time since the last round)
@@ -99,6 +108,12 @@ def allocate(
                 size = node_friendly(size, gpus_per_node)
         else:
             size = node_friendly(min(want, budget), gpus_per_node)
+            if plan.running and plan.probe and size > plan.efficient:
+                # Rule goodput.spare: a running job probes only into GPUs nobody holds.
+                spare = max(plan.efficient, node_friendly(plan.running + unclaimed, gpus_per_node))
+                if size > spare:
+                    plan.spare_refused = size
+                    size = spare
         if (
             plan.running
             and plan.known

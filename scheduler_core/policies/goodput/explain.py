@@ -4,7 +4,8 @@
 the job's updated book. The rule named is the one that decided the target:
 ``goodput.paused``, ``goodput.unknown`` (no estimate), ``goodput.admit``,
 ``goodput.soon`` and ``goodput.protect`` (a start that waits, and why),
-``goodput.measure`` (a grow held until a clean epoch), ``goodput.keep`` /
+``goodput.measure`` (a grow held until a clean epoch), ``goodput.spare`` (a
+running job's probe cut to the GPUs nobody holds), ``goodput.keep`` /
 ``goodput.wait``, ``goodput.start`` (with ``goodput.shape``'s predicted
 nodes and slowdown), ``goodput.preempt``, ``goodput.grow`` and
 ``goodput.shrink``; a grow or start sized by ``goodput.queue`` says the GPU
@@ -81,6 +82,13 @@ def decide_job(
             f"rank {plan.rank}: keeps {target} until a clean epoch at this size is"
             " reported (no voluntary grow before that)"
         )
+    elif target == plan.running and target and plan.spare_refused:
+        rule = "goodput.spare"
+        message = (
+            f"rank {plan.rank}: keeps {target}; its probe to {plan.spare_refused} would"
+            " take GPUs from running jobs"
+        )
+        numbers["spare_refused"] = plan.spare_refused
     elif target == plan.running:
         rule = "goodput.keep" if target else "goodput.wait"
         message = f"rank {plan.rank}: {'keeps' if target else 'waits at'} {target}"
@@ -104,6 +112,11 @@ def decide_job(
     else:
         rule = "goodput.shrink"
         message = f"rank {plan.rank}: shrinks {plan.running} -> {target}, GPUs go to shorter jobs"
+    if plan.spare_refused and target > plan.running:
+        message += (
+            f"; goodput.spare: its probe to {plan.spare_refused} cut to the GPUs nobody holds"
+        )
+        numbers["spare_refused"] = plan.spare_refused
     if plan.gpu_weight is not None and target > plan.running:
         message += (
             f"; goodput.queue: size {plan.efficient} at {plan.gpu_weight:.2f}"

@@ -83,6 +83,8 @@ class JobPlan:
     deferred: int = 0
     # A grow held back by rule goodput.measure.
     unmeasured: bool = False
+    # Rule goodput.spare: the probe a running job was refused (its size), 0 if none.
+    spare_refused: int = 0
     # Rule goodput.protect: how long the start waits before preempting (s).
     protected_s: float = 0.0
     # Rule goodput.shape: the start's predicted node count and slowdown.
