@@ -19,8 +19,8 @@ the families above should not lose there.
 
 Runs go to a pool of ``--jobs`` processes (arguments and results cross as
 JSON). Run: ``.venv/bin/python -m bench.policies [--data-dir PATH] [--jobs 2]
-[--no-variants] [--no-sensitivity] [--held-out]``. Exit code 0 when every target holds, 1
-otherwise.
+[--no-variants] [--no-sensitivity] [--held-out]``. Exit code 0 when every
+target holds, 1 otherwise.
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler_core.node_packing import node_friendly
 
+# Rule goodput.reach: a probe goes to this many times the largest measured count
+# (the goodput policy's default; GoodputParams.probe_factor).
+DEFAULT_PROBE_FACTOR = 4.0
+
 
 class CurvePoint(BaseModel):
     """Mean seconds per unit of work at ``replicas`` (packed), over ``samples`` epochs."""
@@ -106,8 +110,7 @@ class Curve:
     replicas: tuple[int, ...]
     seconds: tuple[float, ...]
     threshold: float
-    # Rule goodput.reach: a probe goes to this many times the largest measured count.
-    probe_factor: float = 4.0
+    probe_factor: float = DEFAULT_PROBE_FACTOR
 
     @classmethod
     def from_points(
@@ -115,7 +118,7 @@ class Curve:
         layers: Iterable[Iterable[CurvePoint]],
         *,
         threshold: float,
-        probe_factor: float = 4.0,
+        probe_factor: float = DEFAULT_PROBE_FACTOR,
     ) -> Curve:
         """Later layers override earlier ones at the same count (job over application).
 

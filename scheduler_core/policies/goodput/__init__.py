@@ -59,9 +59,9 @@ average JCT (geomean), at most 0.853x on one workload, at most 0.91 restarts
 per job, and 0.707 / 0.767 / 0.730 / 0.632x on the four generated variant
 families; every rule above was adopted on that bench, and the last three
 (goodput.reach, goodput.between, goodput.spare) were also checked on seven
-held-out families (``--held-out``): 0.751 -> 0.717 over all of them. What each rule changed, per application, and every
-variant measured and not adopted (with why) is in docs/simulator.md,
-"goodput: measurement log".
+held-out families (``--held-out``): 0.751 -> 0.717 over all of them. What
+each rule changed, per application, and every variant measured and not
+adopted (with why) is in docs/simulator.md, "goodput: measurement log".
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ def decide_job(
         # Rule goodput.queue: the price of a GPU its efficient size was chosen at.
         "gpu_weight": None if plan.gpu_weight is None else rounded(plan.gpu_weight),
     }
+    if plan.spare_refused:
+        numbers["spare_refused"] = plan.spare_refused
     if plan.probe and plan.curve is not None:
         # Rule goodput.probe: what the probe (its size, within the job's bounds) is
         # predicted to gain over the top measured count.
@@ -88,7 +90,6 @@ def decide_job(
             f"rank {plan.rank}: keeps {target}; its probe to {plan.spare_refused} would"
             " take GPUs from running jobs"
         )
-        numbers["spare_refused"] = plan.spare_refused
     elif target == plan.running:
         rule = "goodput.keep" if target else "goodput.wait"
         message = f"rank {plan.rank}: {'keeps' if target else 'waits at'} {target}"
@@ -116,7 +117,6 @@ def decide_job(
         message += (
             f"; goodput.spare: its probe to {plan.spare_refused} cut to the GPUs nobody holds"
         )
-        numbers["spare_refused"] = plan.spare_refused
     if plan.gpu_weight is not None and target > plan.running:
         message += (
             f"; goodput.queue: size {plan.efficient} at {plan.gpu_weight:.2f}"

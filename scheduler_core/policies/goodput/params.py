@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from scheduler_core.curves import DEFAULT_PROBE_FACTOR
 from scheduler_core.goodput_books import GoodputApp, GoodputJob
 from scheduler_core.policies.base import LoadCap, PolicyState
 
@@ -35,7 +36,7 @@ class GoodputParams(LoadCap):
     hold_fraction: float = Field(default=0.15, ge=0)
     # Rule goodput.reach: a probe goes to this many times the largest measured
     # count (two doublings at once; issue 18, eighth try: 3 and 8 both worse).
-    probe_factor: float = Field(default=4.0, gt=1)
+    probe_factor: float = Field(default=DEFAULT_PROBE_FACTOR, gt=1)
     # Seconds of rank a waiting job gains per second waited (bounds every wait).
     aging: float = Field(default=0.3, ge=0)
     # A running job is ranked as if its remaining time were this many times
